@@ -1,0 +1,139 @@
+"""The metis_pg exception tree: one class per way a request can fail.
+
+Each class carries a stable ``code`` (in JSON errors and logs), the CLI
+``exit_code`` and the HTTP ``http_status``; nobody else picks them::
+
+    MetisError                         code                          exit  HTTP
+    ├── ConfigError                    CONFIG_INVALID                  2    400
+    ├── InvalidInput (ValueError)      INVALID_REQUEST                 2    400
+    ├── BaseExists                     BASE_EXISTS                     2    409
+    ├── BaseNotFound                   BASE_NOT_FOUND                  4    404
+    ├── DatabaseUnavailable            DATABASE_UNAVAILABLE            5    503
+    ├── SchemaOutOfDate                SCHEMA_OUT_OF_DATE              5    503
+    ├── UnreadableDocument             DOCUMENT_UNREADABLE             2    422
+    └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
+        ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
+        │   └── EmbeddingDimensionMismatch  EMBEDDING_DIMENSION_MISMATCH 3 503
+        └── RerankerUnavailable        RERANKER_UNAVAILABLE            3    503
+
+Degradations are not errors (SPEC F14): a search that loses a model still
+answers and says so in its ``warnings``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MetisError",
+    "ConfigError",
+    "InvalidInput",
+    "BaseExists",
+    "BaseNotFound",
+    "DatabaseUnavailable",
+    "SchemaOutOfDate",
+    "UnreadableDocument",
+    "ModelUnavailable",
+    "EmbeddingModelUnavailable",
+    "EmbeddingDimensionMismatch",
+    "RerankerUnavailable",
+]
+
+
+class MetisError(Exception):
+    """Base of every error metis_pg raises on purpose."""
+
+    code = "METIS_ERROR"
+    exit_code = 1
+    http_status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict:
+        """Return the one JSON error shape: ``{"error": {"code", "message"}}``."""
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class ConfigError(MetisError):
+    """A setting or base spec is invalid (unknown model, bad URL, ...)."""
+
+    code = "CONFIG_INVALID"
+    exit_code = 2
+    http_status = 400
+
+
+class InvalidInput(MetisError, ValueError):
+    """A request argument is invalid (empty question, top_k out of range, ...)."""
+
+    code = "INVALID_REQUEST"
+    exit_code = 2
+    http_status = 400
+
+
+class BaseExists(MetisError):
+    """A base with this name already exists."""
+
+    code = "BASE_EXISTS"
+    exit_code = 2
+    http_status = 409
+
+
+class BaseNotFound(MetisError):
+    """No base has this name."""
+
+    code = "BASE_NOT_FOUND"
+    exit_code = 4
+    http_status = 404
+
+
+class DatabaseUnavailable(MetisError):
+    """PostgreSQL could not be reached or started, or lacks pgvector."""
+
+    code = "DATABASE_UNAVAILABLE"
+    exit_code = 5
+    http_status = 503
+
+
+class SchemaOutOfDate(MetisError):
+    """The database schema is not at the Alembic head: run `metis db upgrade`."""
+
+    code = "SCHEMA_OUT_OF_DATE"
+    exit_code = 5
+    http_status = 503
+
+
+class UnreadableDocument(MetisError):
+    """A file could not be read (broken, encrypted, no text, too large, ...).
+
+    Indexing turns this into a warning naming the file and goes on.
+    """
+
+    code = "DOCUMENT_UNREADABLE"
+    exit_code = 2
+    http_status = 422
+
+
+class ModelUnavailable(MetisError):
+    """A model service did not answer in time, refused, failed or answered nonsense."""
+
+    code = "MODEL_UNAVAILABLE"
+    exit_code = 3
+    http_status = 503
+
+
+class EmbeddingModelUnavailable(ModelUnavailable):
+    """The embedding model did not give usable vectors (SPEC F14)."""
+
+    code = "EMBEDDING_MODEL_UNAVAILABLE"
+
+
+class EmbeddingDimensionMismatch(EmbeddingModelUnavailable):
+    """The embedding model answered vectors of another dimension than the base's spec."""
+
+    code = "EMBEDDING_DIMENSION_MISMATCH"
+
+
+class RerankerUnavailable(ModelUnavailable):
+    """The reranker did not give usable scores (SPEC F14)."""
+
+    code = "RERANKER_UNAVAILABLE"
