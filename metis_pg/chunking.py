@@ -1,0 +1,223 @@
+"""Chunking (SPEC F4): a Document's sections → passages of at most ``chunk_size`` characters.
+
+Rules:
+
+- A chunk never crosses a section boundary: a heading or a page. Consecutive
+  sections with the same headings and page and only whitespace between them
+  in ``Document.text`` (HTML blocks) are one run and are packed together.
+- In a run, paragraphs (separated by blank lines) are packed greedily: a
+  paragraph joins the current chunk while the chunk stays within
+  ``chunk_size`` (the blank lines between count).
+- A paragraph longer than ``chunk_size`` is cut, in order of preference, after
+  a sentence end (``. ! ?`` and any closing quotes or brackets, followed by
+  whitespace; or ``。！？``), at a line break, at whitespace, else hard at
+  ``chunk_size``. Each piece takes the latest cut of the most preferred kind
+  in the second half of its window (so pieces are not tiny); when the second
+  half has none, the whole window is searched in the same order.
+- Markdown code fences are never cut: a blank line inside one is not a
+  paragraph break, and no cut falls inside one that fits in ``chunk_size``. A
+  fence longer than that is cut at line breaks (then whitespace, then hard).
+- Chunks are stripped; empty ones are dropped. ``Document.text[char_start:char_end]
+  == text`` always holds.
+- ``line`` is exact for md and txt: 1 + the number of newlines in
+  ``Document.text`` before ``char_start``. HTML: the source line of the block
+  where the chunk starts. PDF and docx: None. ``page`` is the PDF page.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import InvalidInput
+from .readers.document import Document, Section
+from .readers.markdown import fence_spans
+
+__all__ = ["Chunk", "chunk_document", "embedding_text"]
+
+_BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)+")
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)|[。！？][”’」』）]*")
+_LINE_BREAK = re.compile(r"\n")
+_WHITESPACE = re.compile(r"\s")
+
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A passage of a document, the unit that is embedded, indexed and returned.
+
+    Attributes:
+        ordinal: 0-based position in the document.
+        text: the passage, stripped, at most ``chunk_size`` characters.
+        title: the document's title.
+        headings: heading path above the passage, outermost first.
+        page: 1-based PDF page, else None.
+        line: 1-based line of the source file where ``text`` starts (md, txt;
+            html: the line of the block it starts in), else None.
+        char_start: offset (characters) of ``text`` in ``Document.text``.
+        char_end: end offset, exclusive: ``Document.text[char_start:char_end] == text``.
+    """
+
+    ordinal: int
+    text: str
+    title: str
+    headings: tuple[str, ...]
+    page: int | None
+    line: int | None
+    char_start: int
+    char_end: int
+
+    @property
+    def embedding_text(self) -> str:
+        """Return what the embedder and reranker read: see :func:`embedding_text`."""
+        return embedding_text(self.title, self.headings, self.text)
+
+
+def embedding_text(title: str, headings: Sequence[str], text: str) -> str:
+    """Return what the embedder and reranker read (SPEC F4): ``"Title > H1 > H2\\n\\ntext"``.
+
+    A first heading equal to the title (a Markdown ``# Title``, a docx Title
+    paragraph) is not repeated: ``Handbook > Leave``, not ``Handbook > Handbook > Leave``.
+    """
+    headings = tuple(headings)
+    if headings[:1] == (title,):
+        headings = headings[1:]
+    return " > ".join((title, *headings)) + "\n\n" + text
+
+
+def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:
+    """Return the chunks of ``doc``, in document order (rules in the module docstring).
+
+    Args:
+        doc: a document from :func:`metis_pg.readers.read_document`.
+        chunk_size: most characters in a chunk's ``text``.
+
+    Raises:
+        InvalidInput: ``chunk_size`` is below 1.
+    """
+    if chunk_size < 1:
+        raise InvalidInput(f"chunk_size must be at least 1 character, not {chunk_size}")
+    fences = fence_spans(doc.text, doc.sections[0].char_start) if doc.kind == "md" and doc.sections else []
+    chunks: list[Chunk] = []
+    for run in _runs(doc):
+        start, end = run[0].char_start, run[-1].char_start + len(run[-1].text)
+        spans = _pack(doc.text, start, end, chunk_size, fences)
+        for (s, e), line in zip(spans, _first_lines(doc.text, run, spans)):
+            chunks.append(Chunk(len(chunks), doc.text[s:e], doc.title, run[0].headings, run[0].page, line, s, e))
+    return chunks
+
+
+def _runs(doc: Document) -> list[list[Section]]:
+    """Group consecutive sections with one heading path and page and only whitespace between."""
+    runs: list[list[Section]] = []
+    for section in doc.sections:
+        last = runs[-1][-1] if runs else None
+        if (
+            last is not None
+            and (last.headings, last.page) == (section.headings, section.page)
+            and not doc.text[last.char_start + len(last.text) : section.char_start].strip()
+        ):
+            runs[-1].append(section)
+        else:
+            runs.append([section])
+    return runs
+
+
+def _first_lines(text: str, run: list[Section], spans: list[Span]) -> list[int | None]:
+    """Return the source line where each span starts: its section's line + the newlines since.
+
+    Spans come in order, so newlines are counted from the previous span, not from the top.
+    """
+    starts = [section.char_start for section in run]
+    lines: list[int | None] = []
+    last = None  # (section, offset, line) of the previous span
+    for s, _ in spans:
+        section = run[bisect_right(starts, s) - 1]
+        if section.line is None:
+            lines.append(None)
+            continue
+        offset, line = (last[1], last[2]) if last and last[0] is section else (section.char_start, section.line)
+        line += text.count("\n", offset, s)
+        last = (section, s, line)
+        lines.append(line)
+    return lines
+
+
+def _strip(text: str, start: int, end: int) -> Span:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _paragraphs(text: str, start: int, end: int, fences: list[Span]) -> list[Span]:
+    """Return the non-blank paragraphs of ``text[start:end]``; blank lines inside fences do not count."""
+    spans, pos = [], start
+    for m in _BLANK_LINES.finditer(text, start, end):
+        if not any(a < m.start() < b for a, b in fences):
+            spans.append(_strip(text, pos, m.start()))
+            pos = m.end()
+    spans.append(_strip(text, pos, end))
+    return [(s, e) for s, e in spans if s < e]
+
+
+def _pack(text: str, start: int, end: int, size: int, fences: list[Span]) -> list[Span]:
+    """Return the chunk spans of one run: paragraphs packed greedily, long ones split."""
+    fences = [(a, b) for a, b in fences if a < end and b > start]
+    out: list[Span] = []
+    current: Span | None = None
+    for s, e in _paragraphs(text, start, end, fences):
+        if current is not None and e - current[0] <= size:
+            current = (current[0], e)
+            continue
+        if current is not None:
+            out.append(current)
+        pieces = _split(text, s, e, size, fences)
+        out.extend(pieces[:-1])
+        current = pieces[-1]
+    if current is not None:
+        out.append(current)
+    return out
+
+
+def _split(text: str, start: int, end: int, size: int, fences: list[Span]) -> list[Span]:
+    """Return ``text[start:end]`` cut into stripped spans of at most ``size`` characters."""
+    pieces = []
+    pos = start
+    while end - pos > size:
+        cut = _cut_point(text, pos, pos + size, size, fences)
+        pieces.append(_strip(text, pos, cut))
+        pos = _strip(text, cut, end)[0]
+    pieces.append((pos, end))
+    return pieces
+
+
+def _cut_point(text: str, pos: int, limit: int, size: int, fences: list[Span]) -> int:
+    """Return where to end the piece that starts at ``pos``: an offset in (pos, limit].
+
+    A cut at offset c ends the piece before ``text[c]``. No cut falls strictly
+    inside a fence of at most ``size`` characters; inside a longer fence only
+    line breaks and whitespace count (code has no sentences).
+    """
+    whole = [(a, b) for a, b in fences if b - a <= size]
+    long = [(a, b) for a, b in fences if b - a > size]
+
+    def allowed(c: int, sentence: bool) -> bool:
+        if any(a < c < b for a, b in whole):
+            return False
+        return not (sentence and any(a < c < b for a, b in long))
+
+    levels = []
+    for pattern in (_SENTENCE_END, _LINE_BREAK, _WHITESPACE):
+        sentence = pattern is _SENTENCE_END
+        cuts = [m.end() if sentence else m.start() for m in pattern.finditer(text, pos + 1, limit + 1)]
+        levels.append([c for c in cuts if c <= limit and allowed(c, sentence)])
+    for lowest in (pos + size // 2, pos + 1):
+        for cuts in levels:
+            if cuts and cuts[-1] >= lowest:
+                return cuts[-1]
+    return limit

@@ -1,0 +1,73 @@
+"""Readers: a file path → :class:`Document` (sections with headings, page, line).
+
+One module per kind (``markdown``, ``text``, ``html``, ``pdf``, ``docx``), each
+with a ``read(path, data) -> Document``. :func:`read_document` checks what is
+common (known extension, not empty, not over ``max_bytes``), reads the bytes
+once and hands them to the reader of the file's kind. Every failure is an
+:class:`~metis_pg.errors.UnreadableDocument` whose message starts with the path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from . import docx, html, markdown, pdf, text
+from ._common import unreadable
+from .document import Document, Section
+from .text import read_text_file
+
+__all__ = ["KINDS", "Document", "Section", "kind_of", "read_document", "read_text_file"]
+
+#: File extension (lower case) → document kind.
+KINDS = {
+    ".md": "md",
+    ".markdown": "md",
+    ".txt": "txt",
+    ".text": "txt",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+}
+_READERS = {"md": markdown.read, "txt": text.read, "html": html.read, "pdf": pdf.read, "docx": docx.read}
+
+
+def kind_of(path: str | os.PathLike) -> str | None:
+    """Return the kind of a file from its extension (case-insensitive), or None if not read."""
+    return KINDS.get(Path(path).suffix.lower())
+
+
+def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Document:
+    """Return the file at ``path`` read into a Document.
+
+    Args:
+        path: the file; kept as given in ``Document.path``.
+        max_bytes: larger files are refused (bytes).
+
+    Raises:
+        UnreadableDocument: unknown extension, missing or unopenable file, empty
+            file, file over ``max_bytes``, or a reader's refusal (binary text,
+            truncated / encrypted / text-less PDF, broken .docx or zip bomb).
+            The message names the file and the reason.
+    """
+    name = os.fspath(path)
+    kind = kind_of(name)
+    if kind is None:
+        raise unreadable(name, f"unknown kind {Path(name).suffix or '(no extension)'!r} (reads {', '.join(KINDS)})")
+    try:
+        info = os.stat(name)
+        if not stat.S_ISREG(info.st_mode):
+            raise unreadable(name, "not a regular file")
+        if info.st_size > max_bytes:
+            raise unreadable(name, f"file too large: {info.st_size} bytes, over the {max_bytes}-byte limit")
+        with open(name, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise unreadable(name, f"cannot open: {exc.strerror or exc}") from exc
+    if not data:
+        raise unreadable(name, "empty file")
+    if len(data) > max_bytes:
+        raise unreadable(name, f"file too large: over the {max_bytes}-byte limit")
+    return _READERS[kind](name, data)

@@ -1,0 +1,201 @@
+"""Helpers every reader shares: errors, text decoding, heading paths, text assembly.
+
+Decoding (md, txt, html): a byte-order mark wins (UTF-8, UTF-16, UTF-32); else
+strict UTF-8; else the encoding the file declares (HTML ``<meta charset>``);
+else charset-normalizer's guess, where a tie between equally plausible 8-bit
+code pages goes to Windows-1252 (charset-normalizer ranks cp1250 first on
+Portuguese or French Latin-1 text and would turn "Configuração" into
+"Configuraçăo"). Newlines are normalised to ``"\\n"`` as Python's ``open()``
+does, so line numbers count the same lines as an editor. NUL characters mean
+binary content and the file is refused.
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+from charset_normalizer import from_bytes
+
+from ..errors import UnreadableDocument
+from .document import Section
+
+# UTF-32 LE before UTF-16 LE: its BOM starts with the UTF-16 LE one.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+#: A first line longer than this (characters) is not taken as a title.
+MAX_TITLE_CHARS = 100
+
+
+def unreadable(path: str, reason: str) -> UnreadableDocument:
+    """Return the error for a file that cannot be read: ``"<path>: <reason>"``."""
+    return UnreadableDocument(f"{path}: {reason}")
+
+
+def decode_text(data: bytes, path: str, *, declared: str | None = None) -> str:
+    """Return ``data`` decoded as text with ``"\\n"`` newlines (rules in the module docstring).
+
+    Args:
+        data: the file's bytes.
+        path: the file's name, for error messages.
+        declared: an encoding the file names for itself (HTML ``<meta charset>``), if any.
+
+    Raises:
+        UnreadableDocument: NUL characters (binary content) or no encoding fits.
+    """
+    text = _decode(data, path, declared)
+    if "\x00" in text:
+        raise unreadable(path, "binary content (NUL bytes), not text")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _decode(data: bytes, path: str, declared: str | None) -> str:
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec)
+            except UnicodeDecodeError as exc:
+                raise unreadable(path, f"not valid {codec} text despite its byte-order mark") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if b"\x00" in data:
+        raise unreadable(path, "binary content (NUL bytes), not text")
+    if declared:
+        try:
+            return data.decode(declared)
+        except (LookupError, UnicodeDecodeError):
+            pass
+    matches = from_bytes(data)
+    best = matches.best()
+    if best is None:
+        raise unreadable(path, "binary content or unknown encoding (not UTF-8, UTF-16 or a detectable charset)")
+    for match in matches:
+        if (match.chaos, match.coherence) == (best.chaos, best.coherence) and "cp1252" in match.could_be_from_charset:
+            return str(match)
+    return str(best)
+
+
+def collapse(text: str) -> str:
+    """Return ``text`` with every run of whitespace made one space, stripped."""
+    return " ".join(text.split())
+
+
+def first_line_title(text: str) -> str | None:
+    """Return the first non-blank line of ``text`` if at most MAX_TITLE_CHARS characters, else None."""
+    for line in text.splitlines():
+        if line.strip():
+            line = collapse(line)
+            return line if len(line) <= MAX_TITLE_CHARS else None
+    return None
+
+
+def file_title(path: str) -> str:
+    """Return the file name without its extension (the title of last resort)."""
+    return Path(path).stem
+
+
+class LineCounter:
+    """Gives the 1-based line of offsets in ``text``, counting newlines only since the last call."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._offset = 0
+        self._line = 1
+
+    def line_at(self, offset: int) -> int:
+        """Return 1 + the number of newlines in ``text[:offset]``."""
+        if offset < self._offset:
+            self._offset, self._line = 0, 1
+        self._line += self._text.count("\n", self._offset, offset)
+        self._offset = offset
+        return self._line
+
+
+def source_section(
+    text: str, start: int, end: int, headings: tuple[str, ...], lines: LineCounter
+) -> Section | None:
+    """Return the section for ``text[start:end]`` of a source file (md, txt), stripped; None if blank.
+
+    Its line is exact: 1 + the number of newlines before its first character.
+    """
+    body = text[start:end]
+    stripped = body.strip()
+    if not stripped:
+        return None
+    start += len(body) - len(body.lstrip())
+    return Section(headings, stripped, None, lines.line_at(start), start)
+
+
+class HeadingPath:
+    """The stack of headings above the current text; a heading pops those at its level or deeper."""
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[int, str]] = []
+
+    def push(self, level: int, text: str) -> None:
+        """Enter a heading of ``level`` (1 = outermost; 0 for a docx Title)."""
+        self._stack = [(lv, t) for lv, t in self._stack if lv < level]
+        self._stack.append((level, text))
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The non-empty heading texts, outermost first."""
+        return tuple(t for _, t in self._stack if t)
+
+
+class TextBuilder:
+    """Assembles ``Document.text`` from headings and body blocks joined by blank lines.
+
+    Used by the readers whose text is extracted (html, pdf, docx). Each body
+    block becomes a :class:`Section`; a block without a line number joins the
+    previous section when nothing but the blank line separates them (same
+    headings, same page), so a docx section is one Section, not one per paragraph.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._size = 0
+        self.sections: list[Section] = []
+
+    def _append(self, text: str) -> int:
+        if self._parts:
+            self._parts.append("\n\n")
+            self._size += 2
+        start = self._size
+        self._parts.append(text)
+        self._size += len(text)
+        return start
+
+    def heading(self, text: str) -> None:
+        """Add a heading's text to the document text (it starts no section by itself)."""
+        if text.strip():
+            self._append(text.strip())
+
+    def body(self, text: str, headings: tuple[str, ...], *, page: int | None = None, line: int | None = None) -> None:
+        """Add a block of body text under ``headings``; whitespace-only blocks are dropped."""
+        text = text.strip()
+        if not text:
+            return
+        last = self.sections[-1] if self.sections else None
+        start = self._append(text)
+        if (
+            last is not None
+            and line is None
+            and (last.headings, last.page) == (headings, page)
+            and last.char_start + len(last.text) + 2 == start
+        ):
+            self.sections[-1] = Section(headings, last.text + "\n\n" + text, page, last.line, last.char_start)
+        else:
+            self.sections.append(Section(headings, text, page, line, start))
+
+    @property
+    def text(self) -> str:
+        """The document text assembled so far."""
+        return "".join(self._parts)

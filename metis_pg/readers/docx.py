@@ -1,0 +1,99 @@
+"""Word (.docx) with python-docx: sections between Title and Heading 1 … 9 paragraphs.
+
+Rules:
+
+- A paragraph styled Title (level 0) or Heading N (level N) sets the heading
+  path; every other paragraph is body text, in document order.
+- A table's rows are body paragraphs, cells joined by ``" | "`` (a merged
+  cell counted once).
+- Before python-docx opens it, the file must be a zip holding
+  ``word/document.xml`` whose entries add up to at most MAX_UNZIPPED_BYTES
+  uncompressed (a zip bomb is refused without inflating anything).
+- Title: the first Title paragraph, else the first Heading 1, else the file name.
+- No line or page numbers (a .docx has no fixed pages).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+
+import docx
+from docx.table import Table
+
+from ._common import HeadingPath, TextBuilder, collapse, file_title, unreadable
+from .document import Document
+
+__all__ = ["MAX_UNZIPPED_BYTES", "read"]
+
+#: Largest total uncompressed size (bytes) of a .docx's zip entries.
+MAX_UNZIPPED_BYTES = 200_000_000
+_HEADING_STYLE = re.compile(r"heading ([1-9])", re.I)
+
+
+def _check_zip(path: str, data: bytes) -> None:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = archive.infolist()
+    except zipfile.BadZipFile as exc:
+        raise unreadable(path, "not a .docx: not a zip archive (corrupt or another format)") from exc
+    if "word/document.xml" not in {info.filename for info in infos}:
+        raise unreadable(path, "not a .docx: no word/document.xml in the archive")
+    unzipped = sum(info.file_size for info in infos)
+    if unzipped > MAX_UNZIPPED_BYTES:
+        raise unreadable(path, f"zip bomb? {unzipped} bytes uncompressed, over the {MAX_UNZIPPED_BYTES}-byte limit")
+
+
+def _level(style_name: str) -> int | None:
+    if style_name.lower() == "title":
+        return 0
+    m = _HEADING_STYLE.fullmatch(style_name)
+    return int(m.group(1)) if m else None
+
+
+def _row_text(row) -> str:
+    cells = []
+    for cell in row.cells:
+        if not cells or cell is not cells[-1]:
+            cells.append(cell)
+    return " | ".join(t for t in (collapse(c.text) for c in cells) if t)
+
+
+def read(path: str, data: bytes) -> Document:
+    """Return the Document of a .docx file's bytes.
+
+    Raises:
+        UnreadableDocument: not a zip, no Word document inside, zip bomb, or corrupt XML.
+    """
+    _check_zip(path, data)
+    try:  # python-docx parses lazily: its errors (and lxml's, KeyError, ...) surface while walking
+        document = docx.Document(io.BytesIO(data))
+        out, title = _extract(document)
+    except Exception as exc:
+        raise unreadable(path, f"corrupt .docx ({type(exc).__name__}: {exc})") from exc
+    return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text)
+
+
+def _extract(document) -> tuple[TextBuilder, str | None]:
+    """Return the document's text with its sections, and its title (None when it has no heading)."""
+    out = TextBuilder()
+    headings = HeadingPath()
+    title = first_h1 = None
+    for block in document.iter_inner_content():
+        if isinstance(block, Table):
+            for row in block.rows:
+                out.body(_row_text(row), headings.path)
+            continue
+        text = collapse(block.text)
+        level = _level(block.style.name if block.style is not None else "")
+        if level is None:
+            out.body(text, headings.path)
+            continue
+        headings.push(level, text)
+        out.heading(text)
+        if level == 0 and title is None:
+            title = text or None
+        if level == 1 and first_h1 is None:
+            first_h1 = text or None
+    return out, title or first_h1
