@@ -1,0 +1,86 @@
+"""Alembic migrations, run in-process on the package's ``migrations/`` folder.
+
+``metis db upgrade`` and :func:`metis_pg.connect` call :func:`upgrade`; the app
+never creates tables itself (SPEC architecture).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+
+from .db import sqlalchemy_url
+from .errors import DatabaseUnavailable
+
+__all__ = ["upgrade", "downgrade", "current_revision", "head_revision", "is_at_head"]
+
+
+def _migrations_dir() -> Path:
+    # Installed wheel: metis_pg/migrations (force-included); checkout: <root>/migrations.
+    packaged = Path(str(resources.files("metis_pg"))) / "migrations"
+    if (packaged / "env.py").exists():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / "migrations"
+    if (checkout / "env.py").exists():
+        return checkout
+    raise DatabaseUnavailable("the Alembic migrations folder of metis_pg is missing from this installation")
+
+
+def _config(dsn: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_migrations_dir()))
+    cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
+    return cfg
+
+
+def _run(dsn: str, action) -> None:
+    cfg = _config(dsn)
+    engine = create_engine(sqlalchemy_url(dsn), poolclass=None)
+    try:
+        with engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            action(cfg)
+    except Exception as exc:
+        raise DatabaseUnavailable(f"migration failed: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def upgrade(dsn: str, revision: str = "head") -> None:
+    """Upgrade the database at `dsn` to `revision` (default: the newest).
+
+    Raises:
+        DatabaseUnavailable: the database cannot be reached or a migration failed.
+    """
+    _run(dsn, lambda cfg: command.upgrade(cfg, revision))
+
+
+def downgrade(dsn: str, revision: str) -> None:
+    """Downgrade the database at `dsn` to `revision` (``"base"`` drops everything)."""
+    _run(dsn, lambda cfg: command.downgrade(cfg, revision))
+
+
+def head_revision() -> str:
+    """Return the newest revision id shipped with this package."""
+    return ScriptDirectory.from_config(_config("postgresql://x")).get_current_head()
+
+
+def current_revision(dsn: str) -> str | None:
+    """Return the revision the database at `dsn` is at (None: never migrated)."""
+    engine = create_engine(sqlalchemy_url(dsn))
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def is_at_head(dsn: str) -> bool:
+    """True when the database at `dsn` is at the newest revision."""
+    return current_revision(dsn) == head_revision()

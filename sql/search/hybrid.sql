@@ -1,0 +1,110 @@
+-- Hybrid search: dense leg + keyword leg + reciprocal-rank fusion, ONE statement.
+-- SPEC F5 (dense), F6 (BM25), F7 (RRF), F9 (modes), F10 (filters in both legs).
+--
+-- Modes: a NULL query_embedding switches the dense leg off (mode keyword); an
+-- empty terms array switches the keyword leg off (mode dense).
+--
+-- Parameters:
+--   %(base_ids)s        int[]    bases searched (all must share %(model)s for the dense leg)
+--   %(model)s           text     embedding fingerprint ("model:dim"); vectors of other models are never compared
+--   %(query_embedding)s vector   the question's embedding, or NULL
+--   %(terms)s           text[]   the question's distinct BM25 terms (metis_pg.tokenizer.query_terms)
+--   %(k1)s, %(b)s       float8   BM25 parameters (SPEC: 1.2, 0.75)
+--   %(rrf_k)s           int      RRF constant (SPEC: 60)
+--   %(dense_weight)s, %(keyword_weight)s  float8  weights of each leg in the fusion (SPEC: 1, 1)
+--   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
+--   %(top_k)s           int      fused rows returned
+--   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
+--   %(kinds)s           text[]   NULL = no filter; else documents of these kinds
+--   %(sources)s         text[]   NULL = no filter; else documents of these sources
+--
+-- Formulas:
+--   dense   = 1 - cosine distance (pgvector <=>), exact sequential scan, ties by chunk_id.
+--   keyword = BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
+--             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
+--             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
+--   fused   = sum over the legs that found the chunk of weight / (rrf_k + rank), ranks from 1
+--             (Cormack, Clarke & Buettcher, SIGIR 2009).
+--
+-- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
+-- citation columns, and four timestamps (started_at, dense_done_at, keyword_done_at,
+-- finished_at) from which the caller derives the time each step took: each leg is
+-- MATERIALIZED, so they run one after the other and each stamps the moment it ended.
+WITH allowed_documents AS MATERIALIZED (
+    SELECT d.document_id
+    FROM documents AS d
+    JOIN sources AS s ON s.source_id = d.source_id
+    WHERE d.base_id = ANY(%(base_ids)s::int[])
+      AND (%(path_prefix)s::text IS NULL OR starts_with(d.path, %(path_prefix)s::text))
+      AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
+      AND (%(sources)s::text[] IS NULL OR s.name = ANY(%(sources)s::text[]))
+),
+dense AS MATERIALIZED (
+    SELECT nearest.chunk_id,
+           1 - nearest.distance AS score,
+           row_number() OVER (ORDER BY nearest.distance, nearest.chunk_id) AS rank,
+           clock_timestamp() AS done_at
+    FROM (
+        SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
+        FROM embeddings AS e
+        WHERE %(query_embedding)s::halfvec IS NOT NULL
+          AND e.base_id = ANY(%(base_ids)s::int[])
+          AND e.model = %(model)s::text
+          AND e.document_id IN (SELECT document_id FROM allowed_documents)
+        ORDER BY distance, e.chunk_id
+        LIMIT %(leg_limit)s
+    ) AS nearest
+),
+keyword AS MATERIALIZED (
+    SELECT best.chunk_id,
+           best.score,
+           row_number() OVER (ORDER BY best.score DESC, best.chunk_id) AS rank,
+           clock_timestamp() AS done_at
+    FROM (
+        SELECT p.chunk_id,
+               sum(
+                   ln(1 + (tot.chunk_count - bt.df + 0.5) / (bt.df + 0.5))
+                   * p.tf * (%(k1)s::float8 + 1)
+                   / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms
+                        / greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9)))
+               ) AS score
+        FROM postings AS p
+        JOIN bm25_terms AS bt ON bt.base_id = p.base_id AND bt.term = p.term
+        JOIN bm25_totals AS tot ON tot.base_id = p.base_id
+        WHERE p.base_id = ANY(%(base_ids)s::int[])
+          AND p.term = ANY(%(terms)s::text[])
+          AND p.document_id IN (SELECT document_id FROM allowed_documents)
+        GROUP BY p.chunk_id
+        ORDER BY score DESC, p.chunk_id
+        LIMIT %(leg_limit)s
+    ) AS best
+),
+fused AS (
+    SELECT coalesce(d.chunk_id, k.chunk_id) AS chunk_id,
+           d.score AS dense,
+           d.rank AS dense_rank,
+           k.score AS keyword,
+           k.rank AS keyword_rank,
+           coalesce(%(dense_weight)s::float8 / (%(rrf_k)s::int + d.rank), 0)
+             + coalesce(%(keyword_weight)s::float8 / (%(rrf_k)s::int + k.rank), 0) AS fused
+    FROM dense AS d
+    FULL OUTER JOIN keyword AS k ON k.chunk_id = d.chunk_id
+    ORDER BY fused DESC, chunk_id
+    LIMIT %(top_k)s
+),
+legs_done AS (
+    SELECT (SELECT max(done_at) FROM dense) AS dense_done_at,
+           (SELECT max(done_at) FROM keyword) AS keyword_done_at
+)
+SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
+       c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end,
+       doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
+       statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
+       clock_timestamp() AS finished_at
+FROM fused AS f
+JOIN chunks AS c ON c.chunk_id = f.chunk_id
+JOIN documents AS doc ON doc.document_id = c.document_id
+JOIN sources AS src ON src.source_id = doc.source_id
+JOIN bases AS b ON b.base_id = doc.base_id
+CROSS JOIN legs_done
+ORDER BY f.fused DESC, f.chunk_id

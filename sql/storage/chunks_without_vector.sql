@@ -1,0 +1,12 @@
+-- Chunks of a base that have no vector of the base's model yet (indexed while the
+-- embedding model did not answer, SPEC F14), oldest first.
+-- Parameters: %(base_id)s int, %(model)s text, %(limit)s int.
+-- Returns: chunk_id, document_id, title, headings, text.
+SELECT c.chunk_id, c.document_id, c.title, c.headings, c.text
+FROM chunks AS c
+WHERE c.base_id = %(base_id)s
+  AND NOT EXISTS (
+      SELECT 1 FROM embeddings AS e WHERE e.chunk_id = c.chunk_id AND e.model = %(model)s
+  )
+ORDER BY c.chunk_id
+LIMIT %(limit)s
