@@ -1,0 +1,262 @@
+"""The indexing pipeline: read → chunk → tokenize → embed → store (SPEC F2-F4).
+
+Incremental (F3): a document whose content hash is unchanged is skipped; a
+changed one is re-chunked and written in one transaction that also deletes its
+previous version (reusing the vectors of chunks whose text did not change); a
+document gone from its folder is deleted with everything it owns.
+
+When the embedding model does not answer (F14), chunks are stored without
+vectors, the base becomes ``waiting``, and the model is not called again during
+that run; the next run first embeds exactly the chunks that lack a vector, then
+returns the base to ``ready``. A bad file is skipped with a warning naming it;
+the rest of the base still indexes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from psycopg_pool import ConnectionPool
+
+from . import storage
+from .chunking import Chunk, chunk_document, embedding_text
+from .config import BaseSpec
+from .errors import EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
+from .models.embed import Embedder
+from .readers import kind_of, read_document
+from .results import FailedDocument, IndexReport
+
+__all__ = ["Progress", "index_paths", "embed_missing", "walk_source"]
+
+log = logging.getLogger(__name__)
+
+#: Called after each document: (documents done, documents in all, chunks written so far).
+Progress = Callable[[int, int, int], None]
+
+_EMBED_BATCH = 64
+
+
+@dataclass
+class _Run:
+    """Counters of one indexing run."""
+
+    base: str
+    read: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: list[FailedDocument] = field(default_factory=list)
+    chunks: int = 0
+    chunks_embedded: int = 0
+    warnings: list[str] = field(default_factory=list)
+    model_down: str | None = None
+
+
+def walk_source(root: Path) -> Iterator[Path]:
+    """Yield the files under `root` a base reads, sorted, never leaving `root`.
+
+    Hidden files and folders (``.git``) are skipped; symbolic links to folders
+    are not followed (no loops), links to files outside `root` are skipped.
+    """
+    root = root.resolve()
+    for folder, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith(".") or kind_of(name) is None:
+                continue
+            path = Path(folder) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(root) or not target.is_file():
+                    log.warning("skipped %s: symbolic link leaving %s", path, root)
+                    continue
+            yield path
+
+
+def _hash_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+def _embed(embedder: Embedder, texts: Sequence[str]):
+    out = []
+    for i in range(0, len(texts), _EMBED_BATCH):
+        out.extend(embedder.embed_passages(texts[i : i + _EMBED_BATCH]))
+    return out
+
+
+def _vectors_for(run: _Run, embedder: Embedder | None, chunks: Sequence[Chunk], reuse: dict) -> list | None:
+    """Return one vector (or None) per chunk; None for all once the model is down."""
+    texts = [embedding_text(c.title, c.headings, c.text) for c in chunks]
+    vectors: list = [reuse.get(t) for t in texts]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if not missing or embedder is None or run.model_down:
+        return vectors
+    try:
+        fresh = _embed(embedder, [texts[i] for i in missing])
+    except EmbeddingModelUnavailable as exc:
+        run.model_down = exc.message
+        run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
+        return vectors
+    for i, v in zip(missing, fresh):
+        vectors[i] = v
+    run.chunks_embedded += len(missing)
+    return vectors
+
+
+def embed_missing(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedder, *, batch: int = 256) -> int:
+    """Embed every chunk of `base` lacking a vector of its model; return how many.
+
+    Raises:
+        EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
+    """
+    spec = BaseSpec.from_json(base.spec)
+    done = 0
+    while True:
+        with pool.connection() as conn:
+            rows = storage.chunks_without_vector(conn, base.base_id, spec.fingerprint, batch)
+        if not rows:
+            return done
+        vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows])
+        with pool.connection() as conn:
+            storage.write_vectors(
+                conn, base.base_id, spec.fingerprint, [(r[0], r[1], v) for r, v in zip(rows, vectors)]
+            )
+        done += len(rows)
+
+
+def _source_of(path: Path, source_name: str | None) -> tuple[str, Path, list[Path], bool]:
+    """Return (source name, folder, files, whether absent files are deletions)."""
+    path = path.expanduser()
+    if not path.exists():
+        raise InvalidInput(f"no such file or folder: {path}")
+    if path.is_dir():
+        root = path.resolve()
+        return source_name or root.name or "root", root, list(walk_source(root)), True
+    if kind_of(path.name) is None:
+        raise InvalidInput(f"{path}: not a kind metis reads (md, txt, html, pdf, docx)")
+    root = path.resolve().parent
+    return source_name or root.name or "root", root, [path.resolve()], False
+
+
+def index_paths(
+    pool: ConnectionPool,
+    base: storage.BaseRow,
+    paths: Sequence[str | os.PathLike],
+    embedder: Embedder | None,
+    *,
+    source_name: str | None = None,
+    on_progress: Progress | None = None,
+) -> IndexReport:
+    """Index files and folders into `base`; return what was done.
+
+    A folder is a source (named after it unless `source_name`); its documents that
+    are gone from it are deleted. A single file is indexed into the source of its folder.
+
+    Raises:
+        InvalidInput: a path does not exist or is not a kind metis reads.
+    """
+    started = time.perf_counter()
+    spec = BaseSpec.from_json(base.spec)
+    run = _Run(base=base.name)
+    plans = [_source_of(Path(p), source_name) for p in paths]
+    total = sum(len(files) for _, _, files, _ in plans)
+
+    with pool.connection() as conn:
+        storage.set_status(conn, base.base_id, "indexing")
+    if embedder is not None:
+        try:
+            embed_missing(pool, base, embedder)
+        except EmbeddingModelUnavailable as exc:
+            run.model_down = exc.message
+            run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
+
+    done = 0
+    for name, root, files, deletes in plans:
+        with pool.connection() as conn:
+            source_id = storage.ensure_source(conn, base.base_id, name, str(root))
+            known = storage.document_hashes(conn, source_id)
+        seen: set[str] = set()
+        for path in files:
+            rel = path.relative_to(root).as_posix()
+            seen.add(rel)
+            _index_file(pool, base, spec, embedder, run, source_id, path, rel, known.get(rel))
+            done += 1
+            if on_progress:
+                on_progress(done, total, run.chunks)
+        if deletes:
+            for rel, (document_id, _) in known.items():
+                if rel not in seen:
+                    with pool.connection() as conn:
+                        storage.delete_document(conn, base.base_id, document_id)
+                    run.deleted += 1
+
+    with pool.connection() as conn:
+        missing = len(storage.chunks_without_vector(conn, base.base_id, spec.fingerprint, 1_000_000))
+        status = "waiting" if missing else "ready"
+        storage.set_status(conn, base.base_id, status, indexed=True)
+    if run.read == 0 and not run.failed and total == 0:
+        run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
+    return IndexReport(
+        base=base.name, read=run.read, new=run.new, changed=run.changed, unchanged=run.unchanged,
+        deleted=run.deleted, failed=tuple(run.failed), chunks=run.chunks, chunks_embedded=run.chunks_embedded,
+        chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _index_file(
+    pool: ConnectionPool,
+    base: storage.BaseRow,
+    spec: BaseSpec,
+    embedder: Embedder | None,
+    run: _Run,
+    source_id: int,
+    path: Path,
+    rel: str,
+    known: tuple[int, str] | None,
+) -> None:
+    try:
+        size = path.stat().st_size
+        if size > spec.max_file_bytes:
+            raise UnreadableDocument(f"{path}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
+        content_hash, size = _hash_file(path)
+        if known is not None and known[1] == content_hash:
+            run.unchanged += 1
+            return
+        document = read_document(path, max_bytes=spec.max_file_bytes)
+        chunks = chunk_document(document, chunk_size=spec.chunk_size)
+    except (UnreadableDocument, OSError) as exc:
+        reason = exc.message if isinstance(exc, UnreadableDocument) else f"{path}: {exc.strerror or exc}"
+        log.warning("skipped %s", reason)
+        run.failed.append(FailedDocument(rel, reason))
+        return
+    run.read += 1
+    for w in document.warnings:
+        run.warnings.append(f"{rel}: {w}")
+    with pool.connection() as conn:
+        reuse = storage.reusable_vectors(conn, known[0], spec.fingerprint) if known else {}
+    vectors = _vectors_for(run, embedder, chunks, reuse)
+    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
+    with pool.connection() as conn:
+        storage.write_document(
+            conn, base_id=base.base_id, source_id=source_id, meta=meta, chunks=chunks, vectors=vectors,
+            model=spec.fingerprint, replaces=known[0] if known else None,
+        )
+    run.chunks += len(chunks)
+    if known is None:
+        run.new += 1
+    else:
+        run.changed += 1

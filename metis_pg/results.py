@@ -1,0 +1,270 @@
+"""Typed results: what a search, an indexing run and a base listing return.
+
+All are frozen dataclasses; ``to_dict()`` gives exactly the JSON of SPEC F13
+(the same as ``metis search --json`` and the HTTP service). Keys whose step did
+not find or score a result are absent from ``scores``; ``citation`` has
+``page`` (PDF) or ``line`` (text, Markdown, HTML), never both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Citation",
+    "Scores",
+    "Took",
+    "SearchWarning",
+    "SearchResult",
+    "SearchResponse",
+    "IndexReport",
+    "FailedDocument",
+    "BaseInfo",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """Where a passage comes from.
+
+    Attributes:
+        source: the source (drive) name; a base's notes are ``metis-<base>``.
+        document: the document's path, relative to its source's folder.
+        title: the document's title.
+        kind: ``md``, ``txt``, ``html``, ``pdf`` or ``docx``.
+        page: 1-based PDF page, else None.
+        line: 1-based first line of the passage in the file, else None.
+        headings: heading path above the passage, outermost first.
+        snippet: at most 240 characters around the sentence holding most of the question's words.
+    """
+
+    source: str
+    document: str
+    title: str
+    kind: str
+    page: int | None
+    line: int | None
+    headings: tuple[str, ...]
+    snippet: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "source": self.source,
+            "document": self.document,
+            "title": self.title,
+            "kind": self.kind,
+        }
+        if self.page is not None:
+            data["page"] = self.page
+        elif self.line is not None:
+            data["line"] = self.line
+        data["headings"] = list(self.headings)
+        data["snippet"] = self.snippet
+        return data
+
+    def location(self) -> str:
+        """Return ``document:line``, ``document p.N`` or the document alone."""
+        if self.page is not None:
+            return f"{self.document} p.{self.page}"
+        if self.line is not None:
+            return f"{self.document}:{self.line}"
+        return self.document
+
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """The score of a result at every step (None: the step did not find or score it).
+
+    ``dense`` is cosine similarity (1 - pgvector ``<=>``), ``keyword`` the BM25
+    score, ``fused`` the RRF score, ``rerank`` the reranker's score. Ranks are 1-based.
+    """
+
+    dense: float | None = None
+    dense_rank: int | None = None
+    keyword: float | None = None
+    keyword_rank: int | None = None
+    fused: float | None = None
+    rerank: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+
+    def line(self) -> str:
+        """Return the console line: ``meaning 0.830 (#1) · words 7.41 (#2) · fused 0.0328 · reranker 0.970``."""
+        parts = []
+        if self.dense is not None:
+            parts.append(f"meaning {self.dense:.3f} (#{self.dense_rank})")
+        if self.keyword is not None:
+            parts.append(f"words {self.keyword:.2f} (#{self.keyword_rank})")
+        if self.fused is not None:
+            parts.append(f"fused {self.fused:.4f}")
+        if self.rerank is not None:
+            parts.append(f"reranker {self.rerank:.3f}")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Took:
+    """Milliseconds each step of a search took (0.0: the step did not run)."""
+
+    embed: float = 0.0
+    dense: float = 0.0
+    keyword: float = 0.0
+    fuse: float = 0.0
+    rerank: float = 0.0
+    total: float = 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(getattr(self, k), 3) for k in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchWarning:
+    """Something a search could not do (SPEC F14); the search still answered.
+
+    Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
+    ``NO_READABLE_DOCUMENT``.
+    """
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """One passage of an answer.
+
+    Attributes:
+        score: the reranker's score when reranked, else the fused score (the order).
+        text: the whole chunk.
+        base: the base it comes from.
+        citation: where it comes from.
+        scores: its score at every step.
+        chunk_id: its id in the database (``chunks.chunk_id``).
+        holds: for a fact of a memory base, whether it still holds; None otherwise.
+    """
+
+    score: float
+    text: str
+    base: str
+    citation: Citation
+    scores: Scores
+    chunk_id: int
+    holds: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "score": self.score,
+            "text": self.text,
+            "base": self.base,
+            "citation": self.citation.to_dict(),
+            "scores": self.scores.to_dict(),
+            "chunk_id": self.chunk_id,
+        }
+        if self.holds is not None:
+            data["holds"] = self.holds
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResponse:
+    """The answer to a search (SPEC F13): results best first, and how it went."""
+
+    mode: str
+    reranked: bool
+    results: tuple[SearchResult, ...]
+    warnings: tuple[SearchWarning, ...]
+    took: Took
+    bases: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the SPEC F13 JSON (what ``metis search --json`` prints)."""
+        return {
+            "mode": self.mode,
+            "reranked": self.reranked,
+            "bases": list(self.bases),
+            "results": [r.to_dict() for r in self.results],
+            "warnings": [w.to_dict() for w in self.warnings],
+            "took": self.took.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDocument:
+    """A file indexing skipped, and why (it names the file)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexReport:
+    """What an indexing run did (SPEC F3).
+
+    Counts are documents, except ``chunks`` (chunks written) and
+    ``chunks_embedded`` (vectors written). ``seconds`` is wall time.
+    """
+
+    base: str
+    read: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: tuple[FailedDocument, ...] = ()
+    chunks: int = 0
+    chunks_embedded: int = 0
+    chunks_without_vector: int = 0
+    status: str = "ready"
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "read": self.read,
+            "new": self.new,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
+            "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "chunks": self.chunks,
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_without_vector": self.chunks_without_vector,
+            "status": self.status,
+            "warnings": list(self.warnings),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BaseInfo:
+    """A base, its spec and its health."""
+
+    name: str
+    kind: str
+    status: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    documents: int = 0
+    chunks: int = 0
+    chunks_without_vector: int = 0
+    last_indexed_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "status": self.status,
+            "spec": self.spec,
+            "documents": self.documents,
+            "chunks": self.chunks,
+            "chunks_without_vector": self.chunks_without_vector,
+            "last_indexed_at": self.last_indexed_at,
+        }

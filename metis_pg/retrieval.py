@@ -1,0 +1,190 @@
+"""Run the hybrid search statement and turn its rows into ranked candidates.
+
+One statement (``sql/search/hybrid.sql``) runs the dense leg, the keyword leg
+and their reciprocal-rank fusion with every filter inside both legs (SPEC
+F5-F7, F10). This module binds its parameters, reads each leg's end time from
+the row stamps, and knows nothing of models, reranking or memories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from . import sqlfiles
+from .errors import InvalidInput
+from .readers import KINDS
+
+__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search"]
+
+_KIND_NAMES = frozenset(KINDS.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Filters applied inside both legs before anything is ranked (SPEC F10).
+
+    Attributes:
+        path_prefix: keep documents whose path (relative to their source) starts with it.
+        kinds: keep documents of these kinds (``md``, ``txt``, ``html``, ``pdf``, ``docx``).
+        sources: keep documents of these sources (a base's notes: ``metis-<base>``).
+    """
+
+    path_prefix: str | None = None
+    kinds: tuple[str, ...] | None = None
+    sources: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any] | None) -> "Filters":
+        """Build filters from ``{"path_prefix", "kinds", "sources"}``.
+
+        Raises:
+            InvalidInput: an unknown key, an unknown kind, or a value of the wrong type.
+        """
+        if not data:
+            return cls()
+        unknown = set(data) - {"path_prefix", "kinds", "sources"}
+        if unknown:
+            raise InvalidInput(f"unknown filter {sorted(unknown)[0]!r}: use path_prefix, kinds, sources")
+        prefix = data.get("path_prefix")
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidInput("filters.path_prefix must be a string")
+        kinds = _string_tuple(data.get("kinds"), "kinds")
+        if kinds is not None:
+            bad = [k for k in kinds if k not in _KIND_NAMES]
+            if bad:
+                raise InvalidInput(f"unknown kind {bad[0]!r}: use {', '.join(sorted(_KIND_NAMES))}")
+        return cls(path_prefix=prefix or None, kinds=kinds, sources=_string_tuple(data.get("sources"), "sources"))
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "path_prefix": self.path_prefix,
+            "kinds": list(self.kinds) if self.kinds else None,
+            "sources": list(self.sources) if self.sources else None,
+        }
+
+
+def _string_tuple(value: Any, name: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise InvalidInput(f"filters.{name} must be a list of strings")
+    return tuple(value) or None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A chunk the statement returned, with each leg's score and rank (None: not found by it)."""
+
+    chunk_id: int
+    base: str
+    source: str
+    document: str
+    document_id: int
+    title: str
+    kind: str
+    page: int | None
+    line: int | None
+    headings: tuple[str, ...]
+    text: str
+    dense: float | None
+    dense_rank: int | None
+    keyword: float | None
+    keyword_rank: int | None
+    fused: float
+
+
+@dataclass(frozen=True, slots=True)
+class LegTimes:
+    """Milliseconds spent in the dense leg, the keyword leg, and fusing (with fetching)."""
+
+    dense: float = 0.0
+    keyword: float = 0.0
+    fuse: float = 0.0
+
+
+def leg_limit(top_k: int) -> int:
+    """Rows each leg keeps: 50 or 4 x top_k, whichever is more (SPEC F5, F6)."""
+    return max(50, 4 * top_k)
+
+
+def _ms(later: datetime, earlier: datetime) -> float:
+    return max((later - earlier).total_seconds() * 1000.0, 0.0)
+
+
+def _leg_times(row: dict[str, Any]) -> LegTimes:
+    # The legs are materialized one after the other; each stamped when it ended.
+    started, finished = row["started_at"], row["finished_at"]
+    ends = sorted(
+        (t, name) for name, t in (("dense", row["dense_done_at"]), ("keyword", row["keyword_done_at"])) if t is not None
+    )
+    times = {"dense": 0.0, "keyword": 0.0}
+    previous = started
+    for t, name in ends:
+        times[name] = _ms(t, previous)
+        previous = t
+    return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
+
+
+def run_search(
+    conn: psycopg.Connection,
+    *,
+    base_ids: Sequence[int],
+    model: str | None,
+    query_embedding: np.ndarray | None,
+    terms: Sequence[str],
+    top_k: int,
+    filters: Filters,
+    k1: float = 1.2,
+    b: float = 0.75,
+    rrf_k: int = 60,
+    dense_weight: float = 1.0,
+    keyword_weight: float = 1.0,
+    legs_top_k: int | None = None,
+) -> tuple[list[Candidate], LegTimes]:
+    """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
+
+    Dense: exact cosine scan (pgvector ``<=>``) over the vectors of `model`; off when
+    `query_embedding` is None. Keyword: BM25, k1 and b as given (Robertson & Zaragoza
+    2009); off when `terms` is empty. Fusion: RRF, sum of weight / (rrf_k + rank), rank
+    from 1 (Cormack, Clarke & Buettcher, SIGIR 2009). Each leg keeps
+    ``leg_limit(legs_top_k or top_k)`` rows.
+    """
+    params = {
+        "base_ids": list(base_ids),
+        "model": model,
+        "query_embedding": query_embedding,
+        "terms": list(terms),
+        "k1": k1,
+        "b": b,
+        "rrf_k": rrf_k,
+        "dense_weight": dense_weight,
+        "keyword_weight": keyword_weight,
+        "leg_limit": leg_limit(legs_top_k or top_k),
+        "top_k": top_k,
+        **filters.to_params(),
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sqlfiles.load("search/hybrid"), params).fetchall()
+    if not rows:
+        return [], LegTimes()
+    candidates = [
+        Candidate(
+            chunk_id=r["chunk_id"], base=r["base"], source=r["source"], document=r["document"],
+            document_id=r["document_id"], title=r["title"], kind=r["kind"], page=r["page"], line=r["line"],
+            headings=tuple(r["headings"] or ()), text=r["text"],
+            dense=None if r["dense"] is None else float(r["dense"]), dense_rank=r["dense_rank"],
+            keyword=None if r["keyword"] is None else float(r["keyword"]), keyword_rank=r["keyword_rank"],
+            fused=float(r["fused"]),
+        )
+        for r in rows
+    ]
+    return candidates, _leg_times(rows[0])

@@ -1,0 +1,77 @@
+"""Snippets: at most 240 characters of a passage around the sentence that holds
+most of the question's words (SPEC F13).
+
+Sentences end at ``. ! ? 。 ！ ？`` followed by space, or at a line break. A
+sentence scores the number of distinct question terms it holds (the BM25
+tokenizer's terms, so identifiers and accents match as in search); ties go to
+the earlier sentence. A sentence longer than the limit is cut around its first
+matching term; a shorter one is widened with the text after it (then before).
+Cut ends are marked with ``…`` (counted in the 240).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .tokenizer import terms as text_terms
+
+__all__ = ["snippet", "SNIPPET_MAX_CHARS"]
+
+SNIPPET_MAX_CHARS = 240
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+
+
+def _sentences(text: str) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        if m.start() > start:
+            spans.append((start, m.start()))
+        start = m.end()
+    if start < len(text):
+        spans.append((start, len(text)))
+    return spans
+
+
+def snippet(text: str, question_terms: set[str] | frozenset[str], max_chars: int = SNIPPET_MAX_CHARS) -> str:
+    """Return at most `max_chars` characters of `text` around its best sentence.
+
+    Args:
+        text: the passage.
+        question_terms: the question's terms (``tokenizer.query_terms``).
+        max_chars: the limit, in characters, ellipses included.
+    """
+    text = " ".join(text.split())  # one line: snippets are shown under a heading
+    if len(text) <= max_chars:
+        return text
+    spans = _sentences(text) or [(0, len(text))]
+    best, best_hits = spans[0], -1
+    for span in spans:
+        hits = len(question_terms.intersection(text_terms(text[span[0]:span[1]])))
+        if hits > best_hits:
+            best, best_hits = span, hits
+    start, end = best
+    room = max_chars - 2  # two ellipses at most
+    if end - start > room:
+        # Centre the window on the sentence's first question term.
+        anchor = start
+        lowered = text[start:end].lower()
+        for term in question_terms:
+            at = lowered.find(term)
+            if at >= 0:
+                anchor = start + at
+                break
+        start = max(start, min(anchor - room // 3, end - room))
+        end = start + room
+    else:
+        end = min(len(text), start + room)
+        start = max(0, end - room)
+    # Move inner cut points to word boundaries when one is near.
+    if start > 0:
+        space = text.find(" ", start, start + 20)
+        if space != -1:
+            start = space + 1
+    if end < len(text):
+        space = text.rfind(" ", end - 20, end)
+        if space != -1:
+            end = space
+    return ("…" if start > 0 else "") + text[start:end].strip() + ("…" if end < len(text) else "")

