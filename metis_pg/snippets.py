@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .tokenizer import terms as text_terms
+from .tokenizer import fold, terms as text_terms
 
 __all__ = ["snippet", "SNIPPET_MAX_CHARS"]
 
@@ -54,7 +54,8 @@ def snippet(text: str, question_terms: set[str] | frozenset[str], max_chars: int
     if end - start > room:
         # Centre the window on the sentence's first question term.
         anchor = start
-        lowered = text[start:end].lower()
+        # Folded offsets drift a little where folding changes length (ß → ss): fine for a centre.
+        lowered = fold(text[start:end])
         for term in question_terms:
             at = lowered.find(term)
             if at >= 0:
