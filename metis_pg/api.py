@@ -12,15 +12,17 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psycopg_pool import ConnectionPool
 
-from . import db, indexing, migrate, retrieval, storage
+from . import db, indexing, migrate, notes, retrieval, storage
 from .config import BASE_KINDS, DEFAULT_CHUNK_SIZE, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
     BaseNotFound,
@@ -31,9 +33,17 @@ from .errors import (
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
 from .results import BaseInfo, Citation, IndexReport, Scores, SearchResponse, SearchResult, SearchWarning, Took
+from .results import Fact, Note, ReembedReport
 from .chunking import embedding_text
+from .memories import order_facts
 from .snippets import snippet
 from .tokenizer import query_terms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+    from .compare import CompareResult
+    from .evaluation import EvalReport, EvalSet
 
 __all__ = ["Metis", "connect", "MODES", "MAX_TOP_K", "rerank_candidates"]
 
@@ -189,25 +199,165 @@ class Metis:
         *paths: str | os.PathLike,
         source: str | None = None,
         on_progress: indexing.Progress | None = None,
+        max_file_bytes: int | None = None,
     ) -> IndexReport:
         """Index files and folders into `base` (created with defaults if missing); return the report.
 
         Incremental (SPEC F3): unchanged documents are skipped, changed ones
         re-indexed, documents gone from an indexed folder deleted. Unreadable files
         are listed in ``report.failed`` with the reason; the rest still indexes.
+        While it runs the base's status is ``indexing``; a process killed midway
+        leaves every document it committed searchable, and the next run finishes.
+
+        Args:
+            max_file_bytes: for this run, skip files larger than this (default: the
+                base spec's ``max_file_bytes``, 20 MB).
 
         Raises:
-            InvalidInput: no path, or a path that does not exist.
+            InvalidInput: no path, a path that does not exist, or a bad `max_file_bytes`.
         """
         if not paths:
             raise InvalidInput("give at least one file or folder to index")
+        if max_file_bytes is not None and (not isinstance(max_file_bytes, int) or max_file_bytes < 1):
+            raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
         try:
             row = self._base_row(base)
         except BaseNotFound:
             self.create_base(base)
             row = self._base_row(base)
         embedder = self.embedder(BaseSpec.from_json(row.spec))
-        return indexing.index_paths(self.pool, row, paths, embedder, source_name=source, on_progress=on_progress)
+        if max_file_bytes is not None:
+            row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
+        with storage.indexer_session(self.pool, row.base_id):
+            return indexing.index_paths(
+                self.pool, row, paths, embedder, source_name=source, on_progress=on_progress
+            )
+
+    def reembed(
+        self,
+        base: str,
+        *,
+        embedding_model: str | None = None,
+        embedding_url: str | None = None,
+        embedding_dim: int | None = None,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
+        embedding_protocol: str = "openai",
+        embedding_api_key_env: str | None = None,
+        on_progress: "Callable[[int, int], None] | None" = None,
+    ) -> ReembedReport:
+        """Embed every chunk of `base` with another model and switch the base to it (SPEC F3).
+
+        The new vectors are built beside the old ones; one transaction switches the
+        base's spec; the old vectors are deleted after. Searches meanwhile use the
+        old model, and never mix the two.
+
+        Args:
+            embedding_model: the new model; None keeps the model and changes only the
+                other given fields (e.g. a new `embedding_url` for the same model).
+            embedding_url: its service; None = in-process (bundled models only).
+            embedding_dim: its dimension (default: the bundled model's, else required).
+            query_prefix, passage_prefix: override the model's defaults.
+
+        Raises:
+            BaseNotFound, InvalidInput, ConfigError: as for :meth:`create_base`.
+            EmbeddingModelUnavailable: the new model did not answer; the base is unchanged.
+        """
+        row = self._base_row(base)
+        old = BaseSpec.from_json(row.spec)
+        if embedding_model is None:
+            changes = {k: v for k, v in (("embedding_url", embedding_url), ("embedding_dim", embedding_dim),
+                                         ("query_prefix", query_prefix), ("passage_prefix", passage_prefix),
+                                         ("embedding_api_key_env", embedding_api_key_env)) if v is not None}
+            if embedding_url is not None:
+                changes["embedding_protocol"] = embedding_protocol
+            new = dataclasses.replace(old, **changes)
+        else:
+            if embedding_dim is None:
+                if embedding_model not in LOCAL_EMBEDDING_MODELS:
+                    raise InvalidInput(f"embedding_dim is required for the model {embedding_model!r}")
+                embedding_dim = LOCAL_EMBEDDING_MODELS[embedding_model]
+            new = dataclasses.replace(
+                old, embedding_model=embedding_model, embedding_url=embedding_url, embedding_dim=embedding_dim,
+                query_prefix=query_prefix, passage_prefix=passage_prefix, embedding_protocol=embedding_protocol,
+                embedding_api_key_env=embedding_api_key_env,
+            )
+        embedder = self.embedder(new)
+        with storage.indexer_session(self.pool, row.base_id):
+            return indexing.reembed(self.pool, row, new, embedder, on_progress=on_progress)
+
+    # -- notes and facts (SPEC F2, F11) -------------------------------------
+
+    def add_note(self, base: str, title: str, text: str) -> int:
+        """Add a note to `base` and return its id; it is searched like any document.
+
+        The note is a Markdown document ``notes/<id>-<slug>.md`` of the source
+        ``metis-<base>``: ``filters={"sources": ["metis-<base>"]}`` searches notes only.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: empty or multi-line title, empty or oversized text.
+        """
+        row = self._base_row(base)
+        return notes.add_note(self.pool, row, self._embedder_or_none(row), title, text)
+
+    def notes(self, base: str) -> list[Note]:
+        """Return the notes of `base`, oldest first.
+
+        Raises:
+            BaseNotFound: no such base.
+        """
+        return notes.list_notes(self.pool, self._base_row(base))
+
+    def delete_note(self, base: str, note_id: int) -> None:
+        """Delete a note of `base` with its chunks, vectors and terms.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: the base has no note with this id.
+        """
+        notes.delete_note(self.pool, self._base_row(base), note_id)
+
+    def remember(
+        self,
+        base: str,
+        text: str,
+        key: str | None = None,
+        supersedes: int | None = None,
+        observed_at: "datetime | str | None" = None,
+    ) -> int:
+        """Store a fact in the memory base `base` and return its id (SPEC F11).
+
+        A fact with the same `key` as a fact that holds, or naming one in
+        `supersedes`, replaces it: the old one stays findable, marked replaced. In
+        search results facts that hold come first (``holds`` true), then replaced ones.
+
+        Args:
+            key: what the fact is about (e.g. ``"ana/role"``).
+            supersedes: id of the fact this one replaces (its key is inherited).
+            observed_at: when it was true (datetime or ISO 8601; naive = UTC); default now.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: not a memory base, empty text, unknown or already replaced `supersedes`.
+        """
+        row = self._base_row(base)
+        return notes.remember(self.pool, row, self._embedder_or_none(row), text, key=key,
+                              supersedes=supersedes, observed_at=observed_at)
+
+    def facts(self, base: str, *, holding_only: bool = False) -> list[Fact]:
+        """Return the facts of `base` in the order they were observed.
+
+        Raises:
+            BaseNotFound: no such base.
+        """
+        return notes.list_facts(self.pool, self._base_row(base), holding_only=holding_only)
+
+    def _embedder_or_none(self, row: storage.BaseRow) -> Embedder | None:
+        try:
+            return self.embedder(BaseSpec.from_json(row.spec))
+        except EmbeddingModelUnavailable:
+            return None
 
     # -- search ------------------------------------------------------------
 
@@ -267,7 +417,8 @@ class Metis:
             (BaseSpec.from_json(r.spec) for r in rows if BaseSpec.from_json(r.spec).reranker_model), None
         )
         want_rerank = rerank is not False and reranker_spec is not None
-        fetch = rerank_candidates(top_k) if want_rerank else top_k
+        # The reranker reads at most 50 (F8); past those, a top_k over 50 keeps the fused order.
+        fetch = max(top_k, rerank_candidates(top_k)) if want_rerank else top_k
 
         # Bases sharing an embedding fingerprint are searched together in one statement.
         groups: dict[str, list[storage.BaseRow]] = {}
@@ -275,6 +426,7 @@ class Metis:
             groups.setdefault(BaseSpec.from_json(r.spec).fingerprint, []).append(r)
         embed_ms = dense_ms = keyword_ms = fuse_ms = 0.0
         candidates: list[retrieval.Candidate] = []
+        statement_lists: list[list[retrieval.Candidate]] = []  # one fused list per statement (per model)
         for fingerprint, group in groups.items():
             spec = BaseSpec.from_json(group[0].spec)
             vector = None
@@ -283,8 +435,10 @@ class Metis:
                 try:
                     vector = self.embedder(spec).embed_queries([question])[0]
                 except EmbeddingModelUnavailable as exc:
-                    if mode == "dense":
-                        raise
+                    if mode == "dense":  # SPEC F14: refused with EMBEDDING_MODEL_UNAVAILABLE, whatever failed
+                        if type(exc) is EmbeddingModelUnavailable:
+                            raise
+                        raise EmbeddingModelUnavailable(exc.message) from exc
                     warnings.append(SearchWarning("KEYWORD_ONLY", f"{exc.message}: results by keywords only"))
                 finally:
                     embed_ms += (time.perf_counter() - t0) * 1000
@@ -295,12 +449,13 @@ class Metis:
                     k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
                 )
             candidates.extend(found)
+            statement_lists.append(found)
             dense_ms += legs.dense
             keyword_ms += legs.keyword
             fuse_ms += legs.fuse
         if len(groups) > 1:
             # Bases of different models: fuse their lists by rank (each list's RRF order).
-            candidates = _merge_by_rank(candidates, fetch)
+            candidates = _merge_by_rank(statement_lists, fetch)
         warnings.extend(_health_warnings(names, health, mode))
 
         reranked = False
@@ -308,28 +463,116 @@ class Metis:
         rerank_ms = 0.0
         if want_rerank and candidates:
             t0 = time.perf_counter()
+            head, tail = candidates[:rerank_candidates(top_k)], candidates[rerank_candidates(top_k):]
             try:
                 scores = self.reranker(reranker_spec).rerank(
-                    question, [embedding_text(c.title, c.headings, c.text) for c in candidates]
+                    question, [embedding_text(c.title, c.headings, c.text) for c in head]
                 )
-                rerank_scores = {c.chunk_id: float(s) for c, s in zip(candidates, scores)}
-                candidates = sorted(candidates, key=lambda c: (-rerank_scores[c.chunk_id], -c.fused, c.chunk_id))
+                rerank_scores = {c.chunk_id: float(s) for c, s in zip(head, scores)}
+                candidates = sorted(head, key=lambda c: (-rerank_scores[c.chunk_id], -c.fused, c.chunk_id)) + tail
                 reranked = True
             except RerankerUnavailable as exc:
                 warnings.append(SearchWarning("FUSED_ORDER", f"{exc.message}: results in the fused order"))
             rerank_ms = (time.perf_counter() - t0) * 1000
 
         question_terms = set(query_terms(question))
+        # SPEC F11, after reranking: facts that hold, then replaced ones, each group in ranked order.
         results = tuple(
             _result(c, question_terms, rerank_scores.get(c.chunk_id), reranked)
-            for c in candidates[:top_k]
+            for c in order_facts(candidates[:top_k])
         )
         took = Took(
             embed=embed_ms, dense=dense_ms, keyword=keyword_ms, fuse=fuse_ms, rerank=rerank_ms,
             total=(time.perf_counter() - started) * 1000,
         )
+        with self.pool.connection() as conn:  # SPEC F20: a count per base, day and mode; never the question
+            storage.count_search(conn, [r.base_id for r in rows], mode)
         return SearchResponse(mode=mode, reranked=reranked, results=results, warnings=tuple(warnings),
                               took=took, bases=tuple(names))
+
+    # -- compare, evaluate (SPEC F15, F16) -----------------------------------
+
+    def compare(self, bases: str | Sequence[str], question: str, *, top_k: int = 10,
+                rerank: bool | None = None,
+                filters: dict[str, Any] | retrieval.Filters | None = None) -> "CompareResult":
+        """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
+
+        One statement gives each passage its rank in each mode (the same ranks as
+        ``search(mode=...)`` with this `top_k` and `filters`) and why it came up;
+        see :mod:`metis_pg.compare`.
+
+        Raises:
+            InvalidInput: empty or too long question, top_k out of range, bad filter.
+            BaseNotFound: a base does not exist.
+        """
+        from .compare import compare
+
+        return compare(self, bases, question, top_k=top_k, rerank=rerank, filters=filters)
+
+    def evaluate(
+        self,
+        base: str | None,
+        eval_set: "str | os.PathLike | EvalSet",
+        *,
+        modes: Sequence[str] | None = None,
+        top_k: int = 50,
+        on_progress: "Callable[[int, int], None] | None" = None,
+        on_index_progress: indexing.Progress | None = None,
+    ) -> "EvalReport":
+        """Ask every question of an evaluation set in each mode; return nDCG@10, Recall@10/@50, MRR@10, ….
+
+        A BEIR folder's corpus is written as Markdown under ``$METIS_HOME/eval-corpora/<folder>``
+        and indexed into `base` (default: the set's name) when that base does not exist.
+        Questions are embedded once beforehand, in batches; see :mod:`metis_pg.evaluation`.
+
+        Args:
+            base: the base searched; None = the set's name.
+            eval_set: a BEIR folder, a JSON evaluation set (``docs/evaluation.md``) or an :class:`EvalSet`.
+            modes: of ``hybrid``, ``dense``, ``keyword``, ``hybrid_no_rerank``; default the first
+                three, and ``hybrid_no_rerank`` when the base has a reranker.
+            top_k: passages asked per search (50 lets Recall@50 see 50 documents).
+
+        Raises:
+            InvalidInput: a malformed set, an unknown mode, or no base and no corpus to index.
+        """
+        from . import evaluation, sqlfiles
+
+        if not isinstance(eval_set, evaluation.EvalSet):
+            eval_set = evaluation.load(eval_set, cache_root=Settings.from_env().home / "eval-corpora")
+        name = base or eval_set.name
+        try:
+            row = self._base_row(name)
+        except BaseNotFound:
+            if eval_set.corpus is None:
+                raise InvalidInput(f"no base named {name!r} and the set names no corpus to index") from None
+            self.index(name, eval_set.corpus, on_progress=on_index_progress)
+            row = self._base_row(name)
+        spec = BaseSpec.from_json(row.spec)
+        if modes is None:
+            modes = ("hybrid", "dense", "keyword") + (("hybrid_no_rerank",) if spec.reranker_model else ())
+        chunk_lines: dict[str, list[tuple[int, int]]] = {}
+        if eval_set.located:
+            documents = sorted({j.document for q in eval_set.queries for j in q.judgments if j.line is not None})
+            with self.pool.connection() as conn:
+                for document, line, chunk_id in conn.execute(
+                    sqlfiles.load("evaluation/chunk_lines"), {"base_id": row.base_id, "documents": documents}
+                ):
+                    chunk_lines.setdefault(document, []).append((line, chunk_id))
+        embedder = self.embedder(spec)
+        cached = evaluation.CachedQueries(embedder)
+        if any(m != "keyword" for m in modes):
+            try:
+                cached.prefill([q.question for q in eval_set.queries])
+            except EmbeddingModelUnavailable:
+                pass  # each search then degrades (or fails in mode dense) on its own
+        self._embedders[spec] = cached
+        try:
+            return evaluation.run(
+                lambda q, mode, k, rr: self.search(name, q, mode=mode, top_k=k, rerank=rr),
+                eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
+            )
+        finally:
+            self._embedders[spec] = embedder
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:
@@ -337,16 +580,18 @@ def _base_info(row: dict[str, Any]) -> BaseInfo:
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
         documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
+        interrupted=bool(row.get("interrupted")),
     )
 
 
-def _merge_by_rank(candidates: list[retrieval.Candidate], top_k: int) -> list[retrieval.Candidate]:
-    """Merge lists from several statements by RRF over their fused ranks (each list ranked by fused)."""
-    by_list: dict[str, list[retrieval.Candidate]] = {}
-    for c in candidates:
-        by_list.setdefault(c.base, []).append(c)
+def _merge_by_rank(lists: Sequence[list[retrieval.Candidate]], top_k: int) -> list[retrieval.Candidate]:
+    """Merge the fused lists of several statements (one per embedding model) by RRF over their ranks.
+
+    Each list is one statement's answer, best first (bases sharing a model were
+    already fused together in it, so their relative order is kept).
+    """
     scored = []
-    for ranked in by_list.values():
+    for ranked in lists:
         for rank, c in enumerate(ranked, start=1):
             scored.append((1.0 / (60 + rank), c))
     scored.sort(key=lambda sc: (-sc[0], -sc[1].fused, sc[1].chunk_id))
@@ -388,4 +633,4 @@ def _result(c: retrieval.Candidate, question_terms: set[str], rerank: float | No
     scores = Scores(dense=c.dense, dense_rank=c.dense_rank, keyword=c.keyword, keyword_rank=c.keyword_rank,
                     fused=c.fused, rerank=rerank)
     return SearchResult(score=rerank if reranked and rerank is not None else c.fused, text=c.text, base=c.base,
-                        citation=citation, scores=scores, chunk_id=c.chunk_id)
+                        citation=citation, scores=scores, chunk_id=c.chunk_id, holds=c.holds)

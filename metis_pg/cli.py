@@ -9,6 +9,7 @@ line ``error [CODE]: message`` on stderr, or with ``--json`` the object
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,10 @@ DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABAS
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 _json_mode = False
+
+# The index report lists every skipped file and why: the indexer's log lines (printed by
+# logging's last-resort handler when nothing is configured) would say it twice.
+logging.getLogger("metis_pg.indexing").addHandler(logging.NullHandler())
 
 
 def _open(dsn: str | None) -> Metis:
@@ -87,7 +92,7 @@ def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | N
     with Progress(
         TextColumn("indexing"), BarColumn(), MofNCompleteColumn(),
         TextColumn("documents · {task.fields[chunks]} chunks · {task.fields[rates]}"),
-        TimeElapsedColumn(), console=err, disable=quiet, transient=True,
+        TimeElapsedColumn(), console=err, disable=quiet or not err.is_terminal, transient=True,
     ) as bar:
         task = bar.add_task("index", total=None, chunks=0, rates="")
         started = time.perf_counter()
@@ -645,7 +650,8 @@ def main() -> None:
     except Exception as exc:  # click usage errors carry their own exit code (2)
         import click
 
-        if isinstance(exc, click.ClickException):
+        # Recent Typer (0.29 here) raises its own copy of click's exceptions (typer._click), not click's.
+        if isinstance(exc, (click.ClickException, typer.TyperException)) and hasattr(exc, "show"):
             exc.show()
             sys.exit(exc.exit_code)
         raise

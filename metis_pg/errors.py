@@ -11,6 +11,9 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── DatabaseUnavailable            DATABASE_UNAVAILABLE            5    503
     ├── SchemaOutOfDate                SCHEMA_OUT_OF_DATE              5    503
     ├── UnreadableDocument             DOCUMENT_UNREADABLE             2    422
+    ├── Unauthorized                   UNAUTHORIZED                    2    401
+    ├── NotFound                       NOT_FOUND                       4    404
+    ├── RequestTooLarge                REQUEST_TOO_LARGE               2    413
     └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
         ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
         │   └── EmbeddingDimensionMismatch  EMBEDDING_DIMENSION_MISMATCH 3 503
@@ -35,6 +38,9 @@ __all__ = [
     "EmbeddingModelUnavailable",
     "EmbeddingDimensionMismatch",
     "RerankerUnavailable",
+    "Unauthorized",
+    "NotFound",
+    "RequestTooLarge",
 ]
 
 
@@ -137,3 +143,27 @@ class RerankerUnavailable(ModelUnavailable):
     """The reranker did not give usable scores (SPEC F14)."""
 
     code = "RERANKER_UNAVAILABLE"
+
+
+class Unauthorized(MetisError):
+    """The HTTP service wants a valid bearer token and got none, or another (SPEC F19)."""
+
+    code = "UNAUTHORIZED"
+    exit_code = 2
+    http_status = 401
+
+
+class NotFound(MetisError):
+    """No such thing other than a base: an HTTP route, an indexing job."""
+
+    code = "NOT_FOUND"
+    exit_code = 4
+    http_status = 404
+
+
+class RequestTooLarge(MetisError):
+    """An HTTP request body is over the service's size limit (SPEC F19)."""
+
+    code = "REQUEST_TOO_LARGE"
+    exit_code = 2
+    http_status = 413

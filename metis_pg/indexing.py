@@ -30,9 +30,9 @@ from .config import BaseSpec
 from .errors import EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
 from .models.embed import Embedder
 from .readers import kind_of, read_document
-from .results import FailedDocument, IndexReport
+from .results import FailedDocument, IndexReport, ReembedReport
 
-__all__ = ["Progress", "index_paths", "embed_missing", "walk_source"]
+__all__ = ["Progress", "index_paths", "embed_missing", "walk_source", "reembed"]
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,12 @@ class _Run:
     model_down: str | None = None
 
 
-def walk_source(root: Path) -> Iterator[Path]:
+def walk_source(root: Path, on_skip: Callable[[Path, str], None] | None = None) -> Iterator[Path]:
     """Yield the files under `root` a base reads, sorted, never leaving `root`.
 
     Hidden files and folders (``.git``) are skipped; symbolic links to folders
-    are not followed (no loops), links to files outside `root` are skipped.
+    are not followed (no loops), links to files outside `root`, dangling links
+    and link loops are skipped: each is logged and given to `on_skip(path, reason)`.
     """
     root = root.resolve()
     for folder, dirnames, filenames in os.walk(root, followlinks=False):
@@ -73,9 +74,20 @@ def walk_source(root: Path) -> Iterator[Path]:
                 continue
             path = Path(folder) / name
             if path.is_symlink():
-                target = path.resolve()
-                if not target.is_relative_to(root) or not target.is_file():
-                    log.warning("skipped %s: symbolic link leaving %s", path, root)
+                reason = None
+                try:
+                    target = path.resolve(strict=True)
+                except (OSError, RuntimeError):  # ELOOP (RuntimeError before Python 3.13), dangling
+                    reason = "symbolic link loop or dangling link: not followed"
+                else:
+                    if not target.is_relative_to(root):
+                        reason = f"symbolic link leaving {root}: not followed"
+                    elif not target.is_file():
+                        reason = "symbolic link to something other than a file: not followed"
+                if reason is not None:
+                    log.warning("skipped %s: %s", path, reason)
+                    if on_skip is not None:
+                        on_skip(path, reason)
                     continue
             yield path
 
@@ -137,14 +149,16 @@ def embed_missing(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedde
         done += len(rows)
 
 
-def _source_of(path: Path, source_name: str | None) -> tuple[str, Path, list[Path], bool]:
+def _source_of(
+    path: Path, source_name: str | None, on_skip: Callable[[Path, str], None] | None = None
+) -> tuple[str, Path, list[Path], bool]:
     """Return (source name, folder, files, whether absent files are deletions)."""
     path = path.expanduser()
     if not path.exists():
         raise InvalidInput(f"no such file or folder: {path}")
     if path.is_dir():
         root = path.resolve()
-        return source_name or root.name or "root", root, list(walk_source(root)), True
+        return source_name or root.name or "root", root, list(walk_source(root, on_skip)), True
     if kind_of(path.name) is None:
         raise InvalidInput(f"{path}: not a kind metis reads (md, txt, html, pdf, docx)")
     root = path.resolve().parent
@@ -171,14 +185,24 @@ def index_paths(
     started = time.perf_counter()
     spec = BaseSpec.from_json(base.spec)
     run = _Run(base=base.name)
-    plans = [_source_of(Path(p), source_name) for p in paths]
+
+    def skipped(path: Path, reason: str) -> None:
+        run.warnings.append(f"{path}: skipped: {reason}")
+
+    plans = [_source_of(Path(p), source_name, skipped) for p in paths]
+    for name, _, _, _ in plans:
+        if name == f"metis-{base.name}":
+            raise InvalidInput(
+                f"the source name {name!r} is reserved for the notes and facts of base {base.name!r}:"
+                " name the folder's source with --source"
+            )
     total = sum(len(files) for _, _, files, _ in plans)
 
     with pool.connection() as conn:
         storage.set_status(conn, base.base_id, "indexing")
     if embedder is not None:
         try:
-            embed_missing(pool, base, embedder)
+            run.chunks_embedded += embed_missing(pool, base, embedder)
         except EmbeddingModelUnavailable as exc:
             run.model_down = exc.message
             run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
@@ -229,7 +253,10 @@ def _index_file(
     known: tuple[int, str] | None,
 ) -> None:
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not path.is_file():  # a FIFO or device named .txt would block the hash below
+            raise UnreadableDocument(f"{path}: not a regular file")
+        size = info.st_size
         if size > spec.max_file_bytes:
             raise UnreadableDocument(f"{path}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
         content_hash, size = _hash_file(path)
@@ -260,3 +287,65 @@ def _index_file(
         run.new += 1
     else:
         run.changed += 1
+
+
+#: Attempts to switch a base to its new model while indexers keep adding chunks.
+_SWITCH_ATTEMPTS = 5
+
+
+def reembed(
+    pool: ConnectionPool,
+    base: storage.BaseRow,
+    new_spec: BaseSpec,
+    embedder: Embedder,
+    *,
+    on_progress: Callable[[int, int], None] | None = None,
+    batch: int = 256,
+) -> ReembedReport:
+    """Give every chunk of `base` a vector of `new_spec`'s model, then switch the base to it.
+
+    The new vectors are written beside the old ones (``embeddings`` is keyed by
+    chunk and model fingerprint), so searches keep using the old model until the
+    switch: one transaction that checks every chunk has a new vector and stores
+    `new_spec`. The old model's vectors are deleted after it. A search never mixes
+    two models (the statement filters on the spec's fingerprint).
+
+    `on_progress(chunks done, chunks to do)` is called after each batch.
+
+    Raises:
+        EmbeddingModelUnavailable: the new model did not answer; the base keeps its
+            old model and vectors (new vectors written so far stay for the next try).
+        EmbeddingDimensionMismatch: the new model's vectors are not ``new_spec.embedding_dim`` long.
+    """
+    started = time.perf_counter()
+    old_model = BaseSpec.from_json(base.spec).fingerprint
+    model = new_spec.fingerprint
+    with pool.connection() as conn:
+        todo = len(storage.chunks_without_vector(conn, base.base_id, model, 10_000_000))
+    done = 0
+    for attempt in range(1, _SWITCH_ATTEMPTS + 1):
+        while True:
+            with pool.connection() as conn:
+                rows = storage.chunks_without_vector(conn, base.base_id, model, batch)
+            if not rows:
+                break
+            vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows])
+            with pool.connection() as conn:
+                storage.write_vectors(conn, base.base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
+            done += len(rows)
+            if on_progress:
+                on_progress(done, max(todo, done))
+        # The last attempt switches anyway: chunks an indexer added meanwhile wait for
+        # their vector (status waiting; the next `metis index` embeds them).
+        with pool.connection() as conn:
+            if storage.switch_embedding(conn, base.base_id, new_spec.to_json(), model,
+                                        force=attempt == _SWITCH_ATTEMPTS):
+                break
+    with pool.connection() as conn:
+        deleted = storage.delete_other_vectors(conn, base.base_id, model)
+        missing = storage.chunks_without_vector(conn, base.base_id, model, 1)
+        storage.set_status(conn, base.base_id, "waiting" if missing else "ready")
+    return ReembedReport(
+        base=base.name, old_model=old_model, new_model=model, chunks_embedded=done,
+        vectors_deleted=deleted, seconds=time.perf_counter() - started,
+    )

@@ -21,6 +21,9 @@ __all__ = [
     "IndexReport",
     "FailedDocument",
     "BaseInfo",
+    "Note",
+    "Fact",
+    "ReembedReport",
 ]
 
 
@@ -246,7 +249,12 @@ class IndexReport:
 
 @dataclass(frozen=True, slots=True)
 class BaseInfo:
-    """A base, its spec and its health."""
+    """A base, its spec and its health.
+
+    ``status`` is ``indexing`` only while a live indexer works on the base;
+    ``interrupted`` says the last indexing run did not finish (its process was
+    killed): what it committed is searchable, and the next ``metis index`` finishes.
+    """
 
     name: str
     kind: str
@@ -256,6 +264,7 @@ class BaseInfo:
     chunks: int = 0
     chunks_without_vector: int = 0
     last_indexed_at: str | None = None
+    interrupted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -267,4 +276,102 @@ class BaseInfo:
             "chunks": self.chunks,
             "chunks_without_vector": self.chunks_without_vector,
             "last_indexed_at": self.last_indexed_at,
+            "interrupted": self.interrupted,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A note of a base (SPEC F2): a Markdown document of the source ``metis-<base>``.
+
+    Attributes:
+        note_id: its id (``documents.document_id``); ``metis note delete BASE ID``.
+        base: the base it belongs to.
+        title: its title (the ``# Title`` heading of the document).
+        path: its path in the source, ``notes/<id>-<slug>.md``.
+        text: its text as stored (the chunks joined by blank lines; the title apart).
+        created_at: when it was added (ISO 8601).
+    """
+
+    note_id: int
+    base: str
+    title: str
+    path: str
+    text: str
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "note_id": self.note_id,
+            "base": self.base,
+            "title": self.title,
+            "path": self.path,
+            "text": self.text,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A fact of a memory base (SPEC F11).
+
+    Attributes:
+        fact_id: its id (``documents.document_id``).
+        base: the memory base.
+        text: what the fact says.
+        key: what it is about (a newer fact with the same key replaces it), or None.
+        observed_at: when it was true (ISO 8601).
+        holds: True while no newer fact replaced it.
+        superseded_by: the id of the fact that replaced it, else None.
+        superseded_at: when it was replaced (the newer fact's ``observed_at``), else None.
+    """
+
+    fact_id: int
+    base: str
+    text: str
+    key: str | None
+    observed_at: str
+    holds: bool
+    superseded_by: int | None = None
+    superseded_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fact_id": self.fact_id,
+            "base": self.base,
+            "text": self.text,
+            "key": self.key,
+            "observed_at": self.observed_at,
+            "holds": self.holds,
+            "superseded_by": self.superseded_by,
+            "superseded_at": self.superseded_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReembedReport:
+    """What ``metis reembed`` did (SPEC F3): new vectors built beside the old, then switched.
+
+    Attributes:
+        old_model, new_model: embedding fingerprints (``model:dim``) before and after.
+        chunks_embedded: vectors of the new model written.
+        vectors_deleted: vectors of other models deleted after the switch.
+        seconds: wall time.
+    """
+
+    base: str
+    old_model: str
+    new_model: str
+    chunks_embedded: int
+    vectors_deleted: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "old_model": self.old_model,
+            "new_model": self.new_model,
+            "chunks_embedded": self.chunks_embedded,
+            "vectors_deleted": self.vectors_deleted,
+            "seconds": round(self.seconds, 3),
         }

@@ -100,6 +100,7 @@ class Candidate:
     keyword: float | None
     keyword_rank: int | None
     fused: float
+    holds: bool | None = None  # a fact of a memory base: still holds (SPEC F11); None: not a fact
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +184,7 @@ def run_search(
             headings=tuple(r["headings"] or ()), text=r["text"],
             dense=None if r["dense"] is None else float(r["dense"]), dense_rank=r["dense_rank"],
             keyword=None if r["keyword"] is None else float(r["keyword"]), keyword_rank=r["keyword_rank"],
-            fused=float(r["fused"]),
+            fused=float(r["fused"]), holds=r["holds"],
         )
         for r in rows
     ]

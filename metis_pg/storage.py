@@ -14,7 +14,8 @@ this module deletes them explicitly wherever a chunk goes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +23,11 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
 
 from . import sqlfiles
 from .chunking import Chunk, embedding_text
-from .errors import BaseExists, BaseNotFound, InvalidInput
+from .errors import BaseExists, BaseNotFound, DatabaseUnavailable, InvalidInput
 from .tokenizer import terms as text_terms
 
 __all__ = [
@@ -43,6 +45,11 @@ __all__ = [
     "delete_document",
     "chunks_without_vector",
     "write_vectors",
+    "indexer_session",
+    "new_document_id",
+    "switch_embedding",
+    "delete_other_vectors",
+    "count_search",
 ]
 
 # A transaction-level advisory lock per base: key space 1 is ours.
@@ -74,6 +81,69 @@ class DocumentMeta:
 def lock_base(conn: psycopg.Connection, base_id: int) -> None:
     """Take the base's write lock until the end of the current transaction."""
     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, base_id))
+
+
+# A session-level advisory lock per base, held (shared) by every running indexer
+# for as long as it runs: a base shows 'indexing' only while a live process holds
+# it (sql/bases/*.sql read pg_locks). A killed process's lock goes with its
+# connection, so a crash never leaves a base 'indexing' for ever.
+INDEXER_LOCK_SPACE = 0x6D69
+
+
+@contextmanager
+def indexer_session(pool: ConnectionPool, base_id: int) -> Iterator[None]:
+    """Hold the base's indexer lock (shared, session-level) for the block, on a connection of its own.
+
+    Not a pooled connection: the block itself needs the pool, and many indexing
+    jobs at once must not exhaust it. Closing the connection releases the lock.
+
+    Raises:
+        DatabaseUnavailable: no connection to the pool's database.
+    """
+    try:
+        conn = psycopg.connect(pool.conninfo, autocommit=True, application_name="metis indexer")
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"could not connect to PostgreSQL: {exc}") from exc
+    with conn:
+        conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+        try:
+            yield
+        finally:
+            # Released here, not by closing: the server ends a closed session a moment later,
+            # and a status read in that moment would still see the lock.
+            with suppress(psycopg.OperationalError):  # a broken session took its lock with it
+                conn.execute("SELECT pg_advisory_unlock_shared(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+
+
+def new_document_id(conn: psycopg.Connection) -> int:
+    """Return a fresh document id (for a document whose path names its id: notes, facts)."""
+    return conn.execute("SELECT nextval('documents_document_id_seq')").fetchone()[0]
+
+
+def switch_embedding(
+    conn: psycopg.Connection, base_id: int, spec: dict[str, Any], model: str, *, force: bool = False
+) -> bool:
+    """Make `spec` the base's spec if every chunk has a `model` vector (or `force`); return whether it did.
+
+    One transaction under the base's write lock: a chunk written meanwhile without
+    a `model` vector (an indexer still on the old spec) makes it return False and
+    change nothing, so the caller embeds it and tries again.
+    """
+    with conn.transaction():
+        lock_base(conn, base_id)
+        if not force and chunks_without_vector(conn, base_id, model, 1):
+            return False
+        conn.execute("UPDATE bases SET spec = %s WHERE base_id = %s", (Jsonb(spec), base_id))
+    return True
+
+
+def delete_other_vectors(conn: psycopg.Connection, base_id: int, model: str) -> int:
+    """Delete the base's vectors of every model but `model`; return how many."""
+    with conn.transaction():
+        lock_base(conn, base_id)
+        return conn.execute(
+            "DELETE FROM embeddings WHERE base_id = %s AND model <> %s", (base_id, model)
+        ).rowcount
 
 
 def create_base(conn: psycopg.Connection, name: str, kind: str, spec: dict[str, Any]) -> BaseRow:
@@ -116,13 +186,17 @@ def get_base(conn: psycopg.Connection, name: str) -> BaseRow:
 def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:
     """Return every base (or the one called `name`) with document and chunk counts."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
+        return cur.execute(
+            sqlfiles.load("bases/list"), {"name": name, "lock_space": INDEXER_LOCK_SPACE}
+        ).fetchall()
 
 
 def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:
     """Return name, status, last_indexed_at, chunks, sources, chunks_without_vector (if waiting) per base."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}).fetchall()
+        return cur.execute(
+            sqlfiles.load("bases/health"), {"base_ids": list(base_ids), "lock_space": INDEXER_LOCK_SPACE}
+        ).fetchall()
 
 
 def drop_base(conn: psycopg.Connection, name: str) -> None:
@@ -220,6 +294,7 @@ def write_document(
     vectors: Sequence[Any | None] | None,
     model: str,
     replaces: int | None = None,
+    document_id: int | None = None,
 ) -> int:
     """Write a document with its chunks, vectors and postings; return its id.
 
@@ -229,6 +304,7 @@ def write_document(
         vectors: one vector (numpy (dim,) or pgvector value) or None per chunk; None = no vectors.
         model: the embedding fingerprint the vectors belong to.
         replaces: id of the previous version of this document, deleted in the same transaction.
+        document_id: the id to give it (from :func:`new_document_id`); None = the next one.
     """
     # BM25 reads what the embedder reads: title and headings count for every chunk below them.
     chunk_terms = [text_terms(embedding_text(c.title, c.headings, c.text)) for c in chunks]
@@ -237,9 +313,10 @@ def write_document(
         if replaces is not None:
             _delete_document_rows(conn, base_id, replaces)
         document_id = conn.execute(
-            "INSERT INTO documents (base_id, source_id, path, title, kind, content_hash, size_bytes)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING document_id",
-            (base_id, source_id, meta.path, meta.title, meta.kind, meta.content_hash, meta.size_bytes),
+            "INSERT INTO documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes)"
+            " VALUES (coalesce(%s::bigint, nextval('documents_document_id_seq')), %s, %s, %s, %s, %s, %s, %s)"
+            " RETURNING document_id",
+            (document_id, base_id, source_id, meta.path, meta.title, meta.kind, meta.content_hash, meta.size_bytes),
         ).fetchone()[0]
         if not chunks:
             return document_id
@@ -304,3 +381,15 @@ def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequ
         }
         with conn.cursor() as cur:
             _copy_vectors(cur, base_id, model, [r for r in rows if r[0] in live])
+
+
+def count_search(conn: psycopg.Connection, base_ids: Sequence[int], mode: str) -> None:
+    """Add one search of `mode` for today (UTC) to each base (SPEC F20); the question is never stored.
+
+    A base dropped since the search began is skipped (its counts went with it).
+    """
+    try:
+        with conn.transaction():
+            conn.execute(sqlfiles.load("storage/count_search"), {"base_ids": sorted(set(base_ids)), "mode": mode})
+    except psycopg.errors.ForeignKeyViolation:
+        pass

@@ -2,10 +2,12 @@
 
 Decoding (md, txt, html): a byte-order mark wins (UTF-8, UTF-16, UTF-32); else
 strict UTF-8; else the encoding the file declares (HTML ``<meta charset>``);
-else charset-normalizer's guess, where a tie between equally plausible 8-bit
-code pages goes to Windows-1252 (charset-normalizer ranks cp1250 first on
-Portuguese or French Latin-1 text and would turn "Configuração" into
-"Configuraçăo"). Newlines are normalised to ``"\\n"`` as Python's ``open()``
+else charset-normalizer's guess, where Windows-1252 wins when its reading is
+as clean (least chaos) as the best one and uses only Western European letters
+and signs, and a tie between equally plausible 8-bit code pages goes to it too
+(charset-normalizer ranks cp1250 or HP Roman-8 first on short Portuguese or
+French Latin-1 text and would turn "Configuração" into "Configuraçăo" or
+"ConfiguraÓÐo"). Newlines are normalised to ``"\\n"`` as Python's ``open()``
 does, so line numbers count the same lines as an editor. NUL characters mean
 binary content and the file is refused.
 """
@@ -27,6 +29,14 @@ _BOMS = (
     (codecs.BOM_UTF8, "utf-8-sig"),
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# What Western European text uses above ASCII in Windows-1252 (the most common legacy code
+# page, WHATWG's default for unlabelled text). On short texts charset-normalizer's language
+# coherence cannot tell cp1252 from cp1250 or HP Roman-8 (a 3-line Portuguese file became
+# "ConfiguraÓÐo"): a cp1252 reading as clean as the best one and made only of these wins.
+# Turkish (þ ý ð for ş ı ğ) or Icelandic text keeps the library's choice.
+_WESTERN_1252 = frozenset(
+    "àáâãäåæçèéêëìíîïñòóôõöøùúûüÿÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÑÒÓÔÕÖØÙÚÛÜßœŒ€«»°ºª§£¥©®–—‘’‚“”„…•·¿¡½¼¾²³±×÷µ\xa0"
 )
 #: A first line longer than this (characters) is not taken as a title.
 MAX_TITLE_CHARS = 100
@@ -76,6 +86,12 @@ def _decode(data: bytes, path: str, declared: str | None) -> str:
     best = matches.best()
     if best is None:
         raise unreadable(path, "binary content or unknown encoding (not UTF-8, UTF-16 or a detectable charset)")
+    lowest_chaos = min(match.chaos for match in matches)
+    for match in matches:
+        if match.chaos == lowest_chaos and "cp1252" in match.could_be_from_charset:
+            western = str(match)
+            if all(ch < "\x80" or ch in _WESTERN_1252 for ch in western):
+                return western
     for match in matches:
         if (match.chaos, match.coherence) == (best.chaos, best.coherence) and "cp1252" in match.could_be_from_charset:
             return str(match)

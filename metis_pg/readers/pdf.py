@@ -73,7 +73,7 @@ def read(path: str, data: bytes) -> Document:
         else:
             blank.append(number)
     if not out.sections:
-        raise unreadable(path, f"no text layer: scanned PDF? ({len(pages)} pages, none with text; run OCR first)")
+        raise unreadable(path, f"no text layer: scanned PDF? ({len(pages)} page{'' if len(pages) == 1 else 's'}, none with text; run OCR first)")
     if blank:
         warnings.append(f"{path}: no text on pages {', '.join(map(str, blank))} (scanned?)")
     try:

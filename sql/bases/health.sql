@@ -1,17 +1,34 @@
 -- What a search must know of its bases to warn (SPEC F14): cheap, read per search.
--- Chunks without a vector are counted only for a base that is waiting.
--- Parameters: %(base_ids)s int[].
+-- Chunks without a vector are counted only for a base that is waiting (or was left
+-- 'indexing' by a process that is gone); status as in bases/list.sql.
+-- Parameters: %(base_ids)s int[], %(lock_space)s int (storage.INDEXER_LOCK_SPACE).
 -- Returns: name, status, last_indexed_at, chunks, sources, chunks_without_vector.
-SELECT b.name, b.status, b.last_indexed_at,
+SELECT b.name,
+       CASE WHEN live.indexing THEN 'indexing'
+            WHEN b.status = 'indexing' THEN CASE WHEN missing.n > 0 THEN 'waiting' ELSE 'ready' END
+            ELSE b.status
+       END AS status,
+       b.last_indexed_at,
        coalesce(t.chunk_count, 0) AS chunks,
        (SELECT count(*) FROM sources AS s WHERE s.base_id = b.base_id) AS sources,
-       CASE WHEN b.status = 'waiting' THEN (
-           SELECT count(*) FROM chunks AS c
-           WHERE c.base_id = b.base_id
-             AND NOT EXISTS (SELECT 1 FROM embeddings AS e
-                             WHERE e.chunk_id = c.chunk_id
-                               AND e.model = (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
-       ) ELSE 0 END AS chunks_without_vector
+       coalesce(missing.n, 0) AS chunks_without_vector
 FROM bases AS b
 LEFT JOIN bm25_totals AS t ON t.base_id = b.base_id
+CROSS JOIN LATERAL (
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks AS l
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = %(lock_space)s::int::oid AND l.objid = b.base_id::oid
+    ) AS indexing
+) AS live
+LEFT JOIN LATERAL (
+    SELECT count(*) AS n
+    FROM chunks AS c
+    WHERE b.status IN ('waiting', 'indexing') AND NOT live.indexing
+      AND c.base_id = b.base_id
+      AND NOT EXISTS (SELECT 1 FROM embeddings AS e
+                      WHERE e.chunk_id = c.chunk_id
+                        AND e.model = (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
+) AS missing ON true
 WHERE b.base_id = ANY(%(base_ids)s::int[])

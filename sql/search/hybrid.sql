@@ -27,7 +27,8 @@
 --             (Cormack, Clarke & Buettcher, SIGIR 2009).
 --
 -- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
--- citation columns, and four timestamps (started_at, dense_done_at, keyword_done_at,
+-- citation columns, holds (NULL unless the chunk is a fact of a memory base, SPEC F11:
+-- true while no newer fact replaced it), and four timestamps (started_at, dense_done_at, keyword_done_at,
 -- finished_at) from which the caller derives the time each step took: each leg is
 -- MATERIALIZED, so they run one after the other and each stamps the moment it ended.
 WITH allowed_documents AS MATERIALIZED (
@@ -61,13 +62,15 @@ keyword AS MATERIALIZED (
            row_number() OVER (ORDER BY best.score DESC, best.chunk_id) AS rank,
            clock_timestamp() AS done_at
     FROM (
+        -- Rounded to 12 decimals: the order in which sum() adds the terms depends on the
+        -- plan, and equal scores must tie exactly so that chunk_id breaks the tie.
         SELECT p.chunk_id,
-               sum(
+               round(sum(
                    ln(1 + (tot.chunk_count - bt.df + 0.5) / (bt.df + 0.5))
                    * p.tf * (%(k1)s::float8 + 1)
                    / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms
                         / greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9)))
-               ) AS score
+               )::numeric, 12)::float8 AS score
         FROM postings AS p
         JOIN bm25_terms AS bt ON bt.base_id = p.base_id AND bt.term = p.term
         JOIN bm25_totals AS tot ON tot.base_id = p.base_id
@@ -99,6 +102,7 @@ legs_done AS (
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
+       CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
        statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
        clock_timestamp() AS finished_at
 FROM fused AS f
@@ -106,5 +110,6 @@ JOIN chunks AS c ON c.chunk_id = f.chunk_id
 JOIN documents AS doc ON doc.document_id = c.document_id
 JOIN sources AS src ON src.source_id = doc.source_id
 JOIN bases AS b ON b.base_id = doc.base_id
+LEFT JOIN facts AS fa ON fa.document_id = doc.document_id
 CROSS JOIN legs_done
 ORDER BY f.fused DESC, f.chunk_id

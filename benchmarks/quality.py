@@ -1,0 +1,231 @@
+"""Search quality on every shared evaluation set (``../shared/data``), every mode, and fusion options.
+
+For each set: :meth:`metis_pg.Metis.evaluate` in the hybrid, dense and keyword
+modes (50 passages per search, each document counted once at its first rank),
+then the fusion options of issue 5 side by side, each one statement per
+question through :func:`metis_pg.retrieval.run_search` with legs cut at 50
+(the default ``top_k=10`` search): RRF with equal weights, weighted RRF
+(``dense_weight`` : ``keyword_weight``), and routing by query type
+(:func:`metis_pg.evaluation.query_type`).
+
+BEIR folders are indexed from ``$METIS_HOME/eval-corpora/<set>`` (written by
+:func:`metis_pg.evaluation.load_beir`); the other sets straight from their
+folder under ``../shared/data`` (converters in :mod:`metis_pg.datasets`). The
+data is read in place and never copied into the repository.
+
+Usage::
+
+    python benchmarks/quality.py                       # every set, indexing what is missing
+    python benchmarks/quality.py --only cranfield --no-index --json out.json
+
+Prints one Markdown table row per set and mode (the command reproducing it
+beside), the fusion table, and writes everything as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import metis_pg
+from metis_pg import datasets, evaluation, retrieval
+from metis_pg.config import BaseSpec, Settings
+from metis_pg.tokenizer import query_terms
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+err = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class SetSpec:
+    """A shared set: how to load it and the command that reproduces its row."""
+
+    name: str
+    load: Callable[[Path], evaluation.EvalSet]
+    command: str
+    base: str = ""
+
+    @property
+    def base_name(self) -> str:
+        """The base searched: the set's name, or the base of another variant of the same corpus."""
+        return self.base or self.name
+
+
+def _beir(name: str) -> SetSpec:
+    def load(home: Path) -> evaluation.EvalSet:
+        return evaluation.load_beir(DATA / name, cache_dir=home / "eval-corpora" / name)
+
+    return SetSpec(name, load, f"metis eval ../shared/data/{name}")
+
+
+def _converted(folder: str, variant: str | None = None, base: str = "") -> SetSpec:
+    def load(home: Path) -> evaluation.EvalSet:
+        return datasets.convert(DATA / folder, variant)
+
+    option = f" --variant {variant}" if variant else ""
+    name = datasets.convert(DATA / folder, variant).name
+    on_base = f" --base {base}" if base else ""
+    return SetSpec(name, load, f"python -m metis_pg.datasets ../shared/data/{folder}{option} -o {name}.json && "
+                               f"metis eval {name}.json{on_base}", base)
+
+
+def all_sets() -> list[SetSpec]:
+    return [
+        _converted("gno-cjk-lexical"),
+        _converted("gno-evals-multilingual"),
+        _converted("gno-fastapi-multilingual"),
+        _converted("qmd-eval-docs"),
+        _converted("qmd-eval-docs", "queries", base="qmd-eval-docs"),
+        _beir("agentset-arcd"),
+        _beir("cranfield"),
+        _beir("agentset-msmarco"),
+        _beir("agentset-dbpedia"),
+    ]
+
+
+#: Fusion options: name → (question → (dense_weight, keyword_weight)).
+FUSION_OPTIONS: dict[str, Callable[[str], tuple[float, float]]] = {
+    "RRF 1:1 (default)": lambda q: (1.0, 1.0),
+    "weighted 1.5:1": lambda q: (1.5, 1.0),
+    "weighted 2:1": lambda q: (2.0, 1.0),
+    "weighted 3:1": lambda q: (3.0, 1.0),
+    "weighted 1:1.5": lambda q: (1.0, 1.5),
+    "routed 1:1 / 2:1": lambda q: (1.0, 1.0) if evaluation.query_type(q) == "identifier" else (2.0, 1.0),
+    "routed 1:2 / 2:1": lambda q: (1.0, 2.0) if evaluation.query_type(q) == "identifier" else (2.0, 1.0),
+}
+
+
+def _cached(m: metis_pg.Metis, spec: BaseSpec, eval_set: evaluation.EvalSet) -> evaluation.CachedQueries:
+    """Install (once) an embedder that embeds the set's questions in batches and keeps them."""
+    embedder = m.embedder(spec)
+    if not isinstance(embedder, evaluation.CachedQueries):
+        embedder = evaluation.CachedQueries(embedder)
+        m._embedders[spec] = embedder
+    embedder.prefill([q.question for q in eval_set.queries])
+    return embedder
+
+
+def fusion_study(m: metis_pg.Metis, base: str, eval_set: evaluation.EvalSet, progress: Progress) -> dict[str, Any]:
+    """nDCG@10, Recall@10 and MRR@10 of each fusion option, legs cut at 50 as a top_k=10 search."""
+    row = m._base_row(base)
+    spec = BaseSpec.from_json(row.spec)
+    embedder = _cached(m, spec, eval_set)
+    scores: dict[str, list[evaluation.QueryScore]] = {name: [] for name in FUSION_OPTIONS}
+    task = progress.add_task(f"{eval_set.name}: fusion options", total=len(eval_set.queries))
+    for q in eval_set.queries:
+        vector = embedder.embed_queries([q.question])[0]
+        terms = query_terms(q.question)
+        for name, weights in FUSION_OPTIONS.items():
+            dense_weight, keyword_weight = weights(q.question)
+            t0 = time.perf_counter()
+            with m.pool.connection() as conn:
+                found, _ = retrieval.run_search(
+                    conn, base_ids=[row.base_id], model=spec.fingerprint, query_embedding=vector, terms=terms,
+                    top_k=50, legs_top_k=10, filters=retrieval.Filters(), k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
+                    dense_weight=dense_weight, keyword_weight=keyword_weight,
+                )
+            took_ms = (time.perf_counter() - t0) * 1000
+            keys = [(c.document, c.chunk_id, c.line, c.page) for c in found]
+            units = evaluation.ranked_units(keys, q.judgments)
+            grades = {j.unit: j.grade for j in q.judgments}
+            scores[name].append(evaluation.QueryScore(
+                query_id=q.query_id, query_type=q.type, group=q.group, mode=name,
+                ndcg_at_10=evaluation.ndcg_at_k(units, grades, 10), recall_at_10=evaluation.recall_at_k(units, grades, 10),
+                recall_at_50=evaluation.recall_at_k(units, grades, 50), mrr_at_10=evaluation.mrr_at_k(units, grades, 10),
+                results=len(found), took_ms=took_ms,
+            ))
+        progress.advance(task)
+    progress.remove_task(task)
+    out = {}
+    for name, per_query in scores.items():
+        out[name] = {
+            "all": evaluation.summarize(per_query).to_dict(),
+            **{t: evaluation.summarize([s for s in per_query if s.query_type == t]).to_dict()
+               for t in evaluation.QUERY_TYPES},
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", action="append", help="run only this set (repeatable)")
+    parser.add_argument("--no-index", action="store_true", help="skip sets whose base is not indexed yet")
+    parser.add_argument("--no-fusion", action="store_true", help="skip the fusion options")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    args = parser.parse_args(argv)
+
+    home = Settings.from_env().home
+    m = metis_pg.connect()
+    results: dict[str, Any] = {"sets": {}, "fusion": {}, "machine": _machine()}
+    specs = [s for s in all_sets() if not args.only or s.name in args.only]
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        for spec in specs:
+            try:
+                m.base(spec.base_name)
+            except metis_pg.BaseNotFound:
+                if args.no_index:
+                    err.print(f"{spec.name}: not indexed, skipped (--no-index)")
+                    results["sets"][spec.name] = {"skipped": "not indexed"}
+                    continue
+            eval_set = spec.load(home)
+            try:
+                _cached(m, BaseSpec.from_json(m.base(spec.base_name).spec), eval_set)
+            except metis_pg.BaseNotFound:
+                pass  # evaluate() indexes it, then embeds the questions itself
+            task = progress.add_task(f"{spec.name}: modes", total=None)
+            report = m.evaluate(spec.base_name, eval_set, top_k=50,
+                                on_progress=lambda d, t: progress.update(task, completed=d, total=t))
+            progress.remove_task(task)
+            info = m.base(spec.base_name)
+            results["sets"][spec.name] = {"command": spec.command, "documents": info.documents,
+                                          "chunks": info.chunks, **report.to_dict(per_query=True)}
+            err.print(f"{spec.name}: " + ", ".join(f"{r.mode} {r.overall.ndcg_at_10:.3f}" for r in report.modes))
+            if not args.no_fusion:
+                results["fusion"][spec.name] = fusion_study(m, spec.base_name, eval_set, progress)
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(markdown(results))
+    return 0
+
+
+def _machine() -> dict[str, Any]:
+    import os
+    import platform
+
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """Return the quality table and the fusion table in Markdown."""
+    lines = ["| set | mode | questions | nDCG@10 | Recall@10 | Recall@50 | MRR@10 | zero results | p50 ms | p95 ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, data in results["sets"].items():
+        if "modes" not in data:
+            lines.append(f"| {name} | — | not run: {data.get('skipped')} | | | | | | | |")
+            continue
+        for mode in data["modes"]:
+            lines.append(
+                f"| {name} | {evaluation.MODE_LABELS[mode['mode']]} | {mode['queries']} | {mode['ndcg_at_10']:.3f} "
+                f"| {mode['recall_at_10']:.3f} | {mode['recall_at_50']:.3f} | {mode['mrr_at_10']:.3f} "
+                f"| {mode['zero_result_rate']:.0%} | {mode['p50_ms']:.0f} | {mode['p95_ms']:.0f} |"
+            )
+    if results["fusion"]:
+        names = list(FUSION_OPTIONS)
+        lines += ["", "| set (nDCG@10, legs at 50) | " + " | ".join(names) + " |",
+                  "|---|" + "---:|" * len(names)]
+        for name, data in results["fusion"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{data[n]['all']['ndcg_at_10']:.3f}" for n in names) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

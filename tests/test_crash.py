@@ -1,0 +1,141 @@
+"""Crash safety (SPEC F3): `metis index` killed with SIGKILL mid-run, several times, then run to the end.
+
+Three kills come at a random moment after the run committed 1 to 3 new
+documents; one comes while the indexer's transaction is writing a document
+(its backend has a transaction id). After each kill the base is searchable and consistent (BM25 statistics equal a
+recount of its postings; every committed chunk has its vector) and no longer
+shows ``indexing``; the run that is not killed finishes the job, and the base
+then holds exactly what a clean index of the same folder holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+from test_incremental import bm25_state, write_corpus
+
+#: When each kill comes: a random moment, or while a document's transaction is writing.
+KILLS = ("random", "random", "random", "writing")
+APPLICATION = "metis-crash-test"
+WORDS = ("harbour", "granite", "lantern", "meadow", "copper", "orchard", "glacier", "violet", "falcon", "ember")
+
+
+def unique_word(i: int) -> str:
+    """A made-up word only document `i` holds: ``kwaazu``, ``kwabzu``, ..."""
+    return f"kw{'abcdefghij'[i // 10]}{'abcdefghij'[i % 10]}zu"
+
+
+def corpus() -> dict[str, str]:
+    """30 short documents of one chunk each; doc NN holds the word ``unique_word(NN)``."""
+    return {
+        f"doc{i:02d}.txt": f"Record {i}: the {WORDS[i % 10]} survey lists {unique_word(i)} near the {WORDS[(i * 3) % 10]} road."
+        for i in range(30)
+    }
+
+
+def start_indexer(dsn: str, base: str, folder: Path) -> subprocess.Popen:
+    """`metis index` in a new process whose database sessions are named APPLICATION."""
+    named = f"{dsn}{'&' if '?' in dsn else '?'}application_name={APPLICATION}"
+    return subprocess.Popen(
+        [sys.executable, "-m", "metis_pg.cli", "index", str(folder), "--base", base, "--dsn", named, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def writing(conn) -> bool:
+    """Whether a session of the indexer is in a transaction that has written (has a transaction id)."""
+    return conn.execute(
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = %s AND backend_xid IS NOT NULL",
+        (APPLICATION,),
+    ).fetchone()[0]
+
+
+def documents(metis, base: str) -> int:
+    with metis.pool.connection() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM documents d JOIN bases b USING (base_id) WHERE b.name = %s", (base,)
+        ).fetchone()
+    return row[0]
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_name, tmp_path):
+    folder = write_corpus(tmp_path / "kb", corpus())
+    rng = random.Random()
+    runs = []
+    committed = 0
+    watcher = psycopg.connect(metis.dsn, autocommit=True)
+    for kill, when in enumerate(KILLS, start=1):
+        proc = start_indexer(metis.dsn, base_name, folder)
+        in_write = False
+        try:
+            # Wait until the run has committed 1 to 3 new documents.
+            target = committed + rng.randint(1, 3)
+            wait_for(lambda: documents(metis, base_name) >= target or proc.poll() is not None, 120,
+                     "the indexer to commit documents")
+            assert proc.poll() is None, f"the indexer ended before kill {kill}: {proc.communicate()}"
+            assert metis.base(base_name).status == "indexing"  # another process holds the base
+            answer = metis.search(base_name, "survey", mode="keyword", top_k=50)
+            assert len(answer.results) >= target  # searches answer from what is committed
+            if when == "random":
+                delay_s = rng.uniform(0.0, 0.5)  # somewhere in the next document's read, embed or write
+                time.sleep(delay_s)
+            else:
+                started = time.monotonic()
+                while not writing(watcher):
+                    assert time.monotonic() - started < 120, "the indexer never wrote"
+                    time.sleep(0.002)
+                delay_s, in_write = time.monotonic() - started, True
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        # The dead process's connection and lock go away; the base is no longer 'indexing'.
+        wait_for(lambda: metis.base(base_name).status != "indexing", 30, "the killed indexer's lock to go")
+        info = metis.base(base_name)
+        assert (info.status, info.interrupted, info.chunks_without_vector) == ("ready", True, 0)
+        state = bm25_state(metis, base_name)
+        assert state["documents"] == state["chunks"] == state["embeddings"] < 30
+        assert state["documents"] >= target
+        runs.append({"kill": kill, "when": when, "documents_seen": target, "then_s": round(delay_s, 2),
+                     "in_write": in_write, "documents_committed": state["documents"]})
+        committed = state["documents"]
+        hits = metis.search(base_name, unique_word(0), mode="keyword").results
+        assert [r.citation.document for r in hits] == ["doc00.txt"]
+    watcher.close()
+
+    proc = start_indexer(metis.dsn, base_name, folder)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert (report["new"], report["unchanged"], report["failed"], report["status"]) == (
+        30 - committed, committed, [], "ready")
+    runs.append({"final": True, "new": report["new"], "unchanged": report["unchanged"]})
+    print("SIGKILL runs:", runs)
+
+    clean = base_name + "-clean"
+    try:
+        metis.index(clean, folder)
+        assert bm25_state(metis, base_name) == bm25_state(metis, clean)
+    finally:
+        metis.drop_base(clean)
+    info = metis.base(base_name)
+    assert (info.status, info.interrupted, info.documents, info.chunks) == ("ready", False, 30, 30)
+    for i in (0, 17, 29):
+        hits = metis.search(base_name, unique_word(i), mode="keyword").results
+        assert [r.citation.document for r in hits] == [f"doc{i:02d}.txt"]
