@@ -30,8 +30,9 @@ visibility map are as in a steady state.
 Queries: 2-4 distinct words drawn from the same Zipf law (so most queries mix a
 very common word with rarer ones, as a typed question does: no stop words are
 removed, SPEC F6) and a random unit vector. Each kind of query is warmed up
-first, then timed on the client around ``run_search`` (statement + fetch); a
-case stops after ``--case-budget-s`` seconds (at least 10 queries).
+first, then timed on the client around ``run_search`` (statement + fetch); the
+four cases take turns query by query and stop together after 4 x
+``--case-budget-s`` seconds (at least 10 queries).
 
 Usage::
 
@@ -316,9 +317,8 @@ def vacuum_analyze(dsn: str) -> None:
     """VACUUM (ANALYZE) the tables, then read each once.
 
     VACUUM sets statistics, hint bits and the visibility map as in a steady state; the
-    read puts the tables in the OS page cache, so the first case timed does not pay
-    for the first reads of the 1.3 GB of postings (measured: the keyword case, timed
-    first, was 2x slower than the fused case timed after it).
+    read puts the tables in the OS page cache, so the first queries timed do not pay
+    for the first reads of the 1.3 GB of postings at 100k chunks.
     """
     import psycopg
 
@@ -385,7 +385,11 @@ def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s
 def search_cases(pool, corpus: Corpus, queries: Sequence[Query], budget_s: float) -> dict[str, dict[str, float]]:
     """Time the dense leg, the keyword leg, the fused statement and the filtered fused statement.
 
-    Each case stops timing after `budget_s` seconds (see :func:`time_calls`).
+    The cases take turns query by query (each query runs in all four before the next),
+    so every case is timed on the same queries and the machine's ups and downs fall on
+    all of them alike. Timing stops once the four together have spent 4 x `budget_s`
+    seconds (at least 10 queries): per-query cost varies a hundredfold with the
+    frequency of the query's words, so cases cut at different queries would not compare.
     """
 
     def run(q: Query, *, dense: bool, keyword: bool, filters: Filters = Filters()):
@@ -396,17 +400,28 @@ def search_cases(pool, corpus: Corpus, queries: Sequence[Query], budget_s: float
                 top_k=TOP_K, filters=filters,
             )
 
-    fused_out: list = []
-    results = {
-        "dense": time_calls(lambda q: run(q, dense=True, keyword=False), queries, budget_s),
-        "keyword": time_calls(lambda q: run(q, dense=False, keyword=True), queries, budget_s),
-        "fused": time_calls(lambda q: run(q, dense=True, keyword=True), queries, budget_s, fused_out),
-        "fused_filtered": time_calls(
-            lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)), queries,
-            budget_s),
+    cases: dict[str, Callable[[Query], tuple]] = {
+        "dense": lambda q: run(q, dense=True, keyword=False),
+        "keyword": lambda q: run(q, dense=False, keyword=True),
+        "fused": lambda q: run(q, dense=True, keyword=True),
+        "fused_filtered": lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)),
     }
-    # Where the fused statement spends its time (stamped inside the statement), timed runs only.
-    legs = [times for _, times in fused_out]
+    for q in queries[:WARMUP_QUERIES]:
+        for fn in cases.values():
+            fn(q)
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    legs = []
+    started = time.perf_counter()
+    for i, q in enumerate(queries):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            _, times = fn(q)
+            samples[name].append((time.perf_counter() - t0) * 1000.0)
+            if name == "fused":
+                legs.append(times)  # each leg's end, stamped inside the statement
+        if i + 1 >= 10 and time.perf_counter() - started > 4 * budget_s:
+            break
+    results: dict = {name: percentiles(s) for name, s in samples.items()}
     results["fused_parts_p50_ms"] = {
         part: float(np.median([getattr(t, part) for t in legs])) for part in ("dense", "keyword", "fuse")
     }
@@ -661,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--explain", type=Path, help="write EXPLAIN (ANALYZE, BUFFERS) of the fused statement here")
     parser.add_argument("--indexing-chunks", type=int, default=INDEXING_CHUNKS, help="chunks written to time indexing")
     parser.add_argument("--case-budget-s", type=float, default=40.0,
-                        help="stop timing a search case after this many seconds (at least 10 queries)")
+                        help="seconds per search case: timing stops after 4x this for the four cases (at least 10 queries)")
     parser.add_argument("--seed", type=int, default=20261129)
     parser.add_argument("--keep", action="store_true", help="keep the benchmark base (with --dsn)")
     args = parser.parse_args(argv)
