@@ -67,6 +67,7 @@ class Filters:
             "path_prefix": self.path_prefix,
             "kinds": list(self.kinds) if self.kinds else None,
             "sources": list(self.sources) if self.sources else None,
+            "unfiltered": not (self.path_prefix or self.kinds or self.sources),
         }
 
 

@@ -17,6 +17,9 @@
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
 --   %(kinds)s           text[]   NULL = no filter; else documents of these kinds
 --   %(sources)s         text[]   NULL = no filter; else documents of these sources
+--   %(unfiltered)s      boolean  true when all three filters are NULL: the legs then skip the
+--                                allowed_documents semi-join (folded away in a custom plan, which
+--                                also lets the dense scan run in parallel)
 --
 -- Formulas:
 --   dense   = 1 - cosine distance (pgvector <=>), exact sequential scan, ties by chunk_id.
@@ -51,10 +54,20 @@ dense AS MATERIALIZED (
         WHERE %(query_embedding)s::halfvec IS NOT NULL
           AND e.base_id = ANY(%(base_ids)s::int[])
           AND e.model = %(model)s::text
-          AND e.document_id IN (SELECT document_id FROM allowed_documents)
+          AND (%(unfiltered)s::boolean OR e.document_id IN (SELECT document_id FROM allowed_documents))
         ORDER BY distance, e.chunk_id
         LIMIT %(leg_limit)s
     ) AS nearest
+),
+-- idf once per query term, in float8, from the few bm25_terms rows the question names.
+query_idf AS MATERIALIZED (
+    SELECT bt.base_id, bt.term,
+           ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) AS idf,
+           greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
+    FROM bm25_terms AS bt
+    JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
+    WHERE bt.base_id = ANY(%(base_ids)s::int[])
+      AND bt.term = ANY(%(terms)s::text[])
 ),
 keyword AS MATERIALIZED (
     SELECT best.chunk_id,
@@ -66,17 +79,14 @@ keyword AS MATERIALIZED (
         -- plan, and equal scores must tie exactly so that chunk_id breaks the tie.
         SELECT p.chunk_id,
                round(sum(
-                   ln(1 + (tot.chunk_count - bt.df + 0.5) / (bt.df + 0.5))
-                   * p.tf * (%(k1)s::float8 + 1)
-                   / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms
-                        / greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9)))
+                   q.idf * p.tf * (%(k1)s::float8 + 1)
+                   / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms / q.avg_terms))
                )::numeric, 12)::float8 AS score
         FROM postings AS p
-        JOIN bm25_terms AS bt ON bt.base_id = p.base_id AND bt.term = p.term
-        JOIN bm25_totals AS tot ON tot.base_id = p.base_id
+        JOIN query_idf AS q ON q.base_id = p.base_id AND q.term = p.term
         WHERE p.base_id = ANY(%(base_ids)s::int[])
           AND p.term = ANY(%(terms)s::text[])
-          AND p.document_id IN (SELECT document_id FROM allowed_documents)
+          AND (%(unfiltered)s::boolean OR p.document_id IN (SELECT document_id FROM allowed_documents))
         GROUP BY p.chunk_id
         ORDER BY score DESC, p.chunk_id
         LIMIT %(leg_limit)s
