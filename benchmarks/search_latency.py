@@ -681,6 +681,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the benchmark base (with --dsn)")
     args = parser.parse_args(argv)
     command = "python benchmarks/search_latency.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if os.environ.get("PGOPTIONS"):  # server settings tried from the environment are part of the command
+        command = f"PGOPTIONS={shlex.quote(os.environ['PGOPTIONS'])} {command}"
     sizes = sorted(args.chunks)
     rng = np.random.default_rng(args.seed)
 
