@@ -196,9 +196,9 @@ def test_make_embedder_is_local_without_url_and_remote_with_one():
     assert isinstance(remote, models.Embedder)
 
 
-def test_make_embedder_refuses_minilm_for_now():
-    with pytest.raises(ConfigError, match="not available yet"):
-        make_embedder(BaseSpec(embedding_model="minilm"))
+def test_make_embedder_refuses_prefixes_for_minilm():
+    with pytest.raises(ConfigError, match="uses no prefixes"):
+        make_embedder(BaseSpec(embedding_model="minilm", query_prefix="query: "))
 
 
 def test_make_embedder_refuses_prefixes_the_bundled_model_cannot_honour():
