@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn
@@ -25,7 +26,7 @@ import httpx
 
 from ..errors import ConfigError, ModelUnavailable
 
-__all__ = ["post_json", "api_key_headers", "fail", "translate_httpx_errors", "endpoint_url", "MAX_RESPONSE_BYTES"]
+__all__ = ["HttpModelClient", "post_json", "api_key_headers", "fail", "translate_httpx_errors", "endpoint_url", "MAX_RESPONSE_BYTES"]
 
 #: A model answer larger than this is refused (256 inputs x 4096 floats as JSON is ~20 MB).
 MAX_RESPONSE_BYTES = 200_000_000
@@ -157,3 +158,35 @@ def post_json(
         return json.loads(body)
     except ValueError as exc:
         raise error(f"{label}: answered something that is not JSON ({_snippet(body, 60)!r})") from exc
+
+
+class HttpModelClient:
+    """A lazily opened, thread-safe httpx client shared by one model client's calls.
+
+    Subclasses set ``self.url`` and ``self.label``; ``close()`` (or ``with``) closes
+    the connection pool, and the next call opens a new one.
+    """
+
+    def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+
+    def _http(self) -> httpx.Client:
+        with self._client_lock:
+            if self._client is None:
+                self._client = httpx.Client(transport=self._transport)
+            return self._client
+
+    def close(self) -> None:
+        """Close the connection pool (a new one opens if the client is used again)."""
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..config import LOCAL_EMBEDDING_MODELS, BaseSpec
 from ..errors import ConfigError, EmbeddingDimensionMismatch, EmbeddingModelUnavailable
-from ._http import api_key_headers, endpoint_url, fail, post_json
+from ._http import HttpModelClient, api_key_headers, endpoint_url, fail, post_json
 
 __all__ = ["Embedder", "LocalE5Embedder", "LocalMiniLMEmbedder", "RemoteEmbedder", "make_embedder"]
 
@@ -327,7 +327,7 @@ class LocalMiniLMEmbedder:
         return sum(len(e.ids) for e in tokenizer.encode_batch(items))
 
 
-class RemoteEmbedder:
+class RemoteEmbedder(HttpModelClient):
     """An embedding service reached over HTTP (OpenAI-style or TEI), per the base's spec.
 
     The spec's ``query_prefix`` / ``passage_prefix`` are put before each text
@@ -369,29 +369,7 @@ class RemoteEmbedder:
         path = "/v1/embeddings" if self.protocol == "openai" else "/embed"
         self.url = endpoint_url(spec.embedding_url, path)
         self.label = f"embedding model {self.name!r} at {self.url}"
-        self._transport = transport
-        self._client: httpx.Client | None = None
-        self._client_lock = threading.Lock()
-
-    # -- lifecycle ---------------------------------------------------------
-    def _http(self) -> httpx.Client:
-        with self._client_lock:
-            if self._client is None:
-                self._client = httpx.Client(transport=self._transport)
-            return self._client
-
-    def close(self) -> None:
-        """Close the connection pool (the embedder opens a new one if used again)."""
-        with self._client_lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-    def __enter__(self) -> "RemoteEmbedder":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(transport)
 
     # -- embedding ---------------------------------------------------------
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:

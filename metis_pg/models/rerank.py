@@ -20,7 +20,6 @@ scored exactly once, with a finite number, or the whole call fails.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -29,7 +28,7 @@ import numpy as np
 
 from ..config import BaseSpec
 from ..errors import ConfigError, RerankerUnavailable
-from ._http import api_key_headers, endpoint_url, fail, post_json
+from ._http import HttpModelClient, api_key_headers, endpoint_url, fail, post_json
 
 __all__ = ["Reranker", "RemoteReranker", "make_reranker"]
 
@@ -48,7 +47,7 @@ class Reranker(Protocol):
         ...
 
 
-class RemoteReranker:
+class RemoteReranker(HttpModelClient):
     """A reranker service reached over HTTP (Cohere-style, TEI or Infinity), per the base's spec.
 
     One :meth:`rerank` call takes at most ``model_timeout_s`` in all, even when
@@ -83,28 +82,7 @@ class RemoteReranker:
         path = "/v1/rerank" if self.protocol == "cohere" else "/rerank"
         self.url = endpoint_url(spec.reranker_url, path)
         self.label = f"reranker {self.name!r} at {self.url}"
-        self._transport = transport
-        self._client: httpx.Client | None = None
-        self._client_lock = threading.Lock()
-
-    def _http(self) -> httpx.Client:
-        with self._client_lock:
-            if self._client is None:
-                self._client = httpx.Client(transport=self._transport)
-            return self._client
-
-    def close(self) -> None:
-        """Close the connection pool (the reranker opens a new one if used again)."""
-        with self._client_lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-
-    def __enter__(self) -> "RemoteReranker":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(transport)
 
     def rerank(self, query: str, documents: Sequence[str]) -> np.ndarray:
         """Return ``(len(documents),)`` float64 scores in input order; higher is better.
