@@ -81,11 +81,13 @@ def embedding_text(title: str, headings: Sequence[str], text: str) -> str:
 
     A first heading equal to the title (a Markdown ``# Title``, a docx Title
     paragraph) is not repeated: ``Handbook > Leave``, not ``Handbook > Handbook > Leave``.
+    A document without title or headings gives its text alone.
     """
     headings = tuple(headings)
     if headings[:1] == (title,):
         headings = headings[1:]
-    return " > ".join((title, *headings)) + "\n\n" + text
+    path = " > ".join(part for part in (title, *headings) if part)
+    return f"{path}\n\n{text}" if path else text
 
 
 def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:

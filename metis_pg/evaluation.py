@@ -196,7 +196,8 @@ def load_beir(folder: str | Path, *, cache_dir: str | Path, split: str = "test",
     """Read a BEIR folder and write its corpus as Markdown files; return the set.
 
     Each corpus entry becomes ``<cache_dir>/<beir_document_path(id)>`` holding
-    ``# title`` (when it has one), a blank line and the text; files already there
+    ``# title`` (when it has one, else front matter ``title: ""``: no title), a
+    blank line and the text; files already there
     with the same content are left alone, so re-running does not re-index.
 
     Args:
@@ -222,7 +223,9 @@ def load_beir(folder: str | Path, *, cache_dir: str | Path, split: str = "test",
         doc_ids.add(doc_id)
         title = (entry.get("title") or "").strip()
         text = (entry.get("text") or "").strip()
-        body = f"# {title}\n\n{text}\n" if title else f"{text}\n"
+        # Untitled passages say so in front matter: otherwise the file name (the BEIR id)
+        # would stand in as their title and be embedded with the text.
+        body = f"# {title}\n\n{text}\n" if title else f'---\ntitle: ""\n---\n{text}\n'
         target = cache / beir_document_path(doc_id)
         if not target.is_file() or target.read_text(encoding="utf-8") != body:
             target.write_text(body, encoding="utf-8")

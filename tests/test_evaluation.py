@@ -11,6 +11,7 @@ import pytrec_eval
 import metis_pg
 from metis_pg import datasets, evaluation
 from metis_pg.evaluation import Judgment, mrr_at_k, ndcg_at_k, query_type, ranked_units, recall_at_k
+from metis_pg.readers import read_document
 
 from cli_runner import run_cli
 
@@ -122,7 +123,9 @@ def test_beir_folder_loads_with_or_without_a_qrels_header(tmp_path, header):
     assert eval_set.skipped == 1
     assert eval_set.queries[1].judgments == (Judgment("%3Cx%3ARouter%3E.md", 2),)
     assert (tmp_path / "cache" / "d1.md").read_text(encoding="utf-8").startswith("# Purchase orders\n\nPurchase")
-    assert (tmp_path / "cache" / "d3.md").read_text(encoding="utf-8") == "Billing questions go through the account portal.\n"
+    untitled = tmp_path / "cache" / "d3.md"
+    assert untitled.read_text(encoding="utf-8") == '---\ntitle: ""\n---\nBilling questions go through the account portal.\n'
+    assert read_document(untitled).title == ""
 
 
 def test_a_grade_above_3_is_refused():

@@ -11,6 +11,7 @@ import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
+from metis_pg.chunking import chunk_document
 from metis_pg.errors import UnreadableDocument
 from metis_pg.readers import KINDS, Document, kind_of, read_document, read_text_file
 
@@ -126,6 +127,17 @@ def test_markdown_without_headings_is_titled_by_its_file_name(tmp_path):
 
     assert doc.title == "release-notes"
     assert [(s.headings, s.text) for s in doc.sections] == [((), "Just text.\n\n---\n\nAfter a thematic break.")]
+
+
+def test_markdown_front_matter_empty_title_means_no_title_and_only_the_text_is_embedded(tmp_path):
+    path = tmp_path / "4380635.md"
+    path.write_text('---\ntitle: ""\n---\nFahrenheit invented the mercury thermometer.\n', encoding="utf-8")
+
+    doc = read_document(path)
+    chunks = chunk_document(doc)
+
+    assert doc.title == ""
+    assert [c.embedding_text for c in chunks] == ["Fahrenheit invented the mercury thermometer."]
 
 
 # --- Text ---------------------------------------------------------------------

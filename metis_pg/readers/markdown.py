@@ -14,7 +14,7 @@ Rules, after CommonMark where it matters for headings:
   fences to the chunker, which keeps each one whole when it fits.
 - YAML front matter (``---`` on the first line, then ``key:`` lines, closed by
   ``---`` or ``...``) is metadata: in no section; its ``title:`` is the
-  document title.
+  document title; ``title: ""`` means the document has no title.
 
 ``Document.text`` is the decoded file; the title is the front-matter title,
 else the first heading, else the file name.
@@ -31,7 +31,7 @@ __all__ = ["fence_spans", "read"]
 
 # Front matter: its first line must be a YAML key, so a leading thematic break is not taken for it.
 _FRONT_MATTER = re.compile(r"---[ \t]*\n((?:[\w-]+[ \t]*:.*?)?)^(?:---|\.\.\.)[ \t]*$\n?", re.S | re.M)
-_FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.M)
+_FRONT_TITLE = re.compile(r"^title:[ \t]*(.*?)[ \t]*$", re.M)
 _FENCE_OPEN = re.compile(r"[ \t]*(`{3,}(?=[^`]*$)|~{3,})")
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*")
@@ -113,7 +113,10 @@ def read(path: str, data: bytes) -> Document:
     if front:
         body_start = front.end()
         m = _FRONT_TITLE.search(front.group(1))
-        title = m.group(1).strip("'\"").strip() if m else None
+        if m:
+            # `title: ""` says the document has none: no heading or file name stands in
+            # for it (evaluation.load_beir writes untitled passages so).
+            title = "" if m.group(1) in ('""', "''") else (m.group(1).strip("'\"").strip() or None)
     headings = _headings(text, body_start)
     above = HeadingPath()
     lines = LineCounter(text)
@@ -124,5 +127,6 @@ def read(path: str, data: bytes) -> Document:
         above.push(level, heading)
         cursor = end
     sections.append(source_section(text, cursor, len(text), above.path, lines))
-    title = title or next((h for *_, h in headings if h), None) or file_title(path)
+    if title is None:
+        title = next((h for *_, h in headings if h), None) or file_title(path)
     return Document(path, title, "md", tuple(s for s in sections if s), text)
