@@ -6,7 +6,7 @@ statement with a ``path_prefix`` filter matching 1% of the documents, all
 through :func:`metis_pg.retrieval.run_search` (top_k 10); numpy brute-force
 cosine over the same vectors in the same run; the ratio dense leg / numpy;
 the database size per 1,000 chunks; and indexing throughput without model
-time through the real write path (:func:`metis_pg.storage.write_document`).
+time through the real write path (:func:`metis_pg.storage.write_documents`, in the indexer's batches).
 
 The corpus is made up, and bulk-loaded with COPY straight into the tables:
 
@@ -19,7 +19,7 @@ The corpus is made up, and bulk-loaded with COPY straight into the tables:
 - random unit vectors of 384 dimensions, rounded to float16 (what ``halfvec``
   stores); numpy searches the same float16 values as a float32 matrix;
 - postings (tf, chunk length), ``bm25_terms`` (df) and ``bm25_totals`` computed
-  from the words, as ``storage.write_document`` would.
+  from the words, as ``storage.write_documents`` would.
 
 Vectors go in by binary COPY (halfvec's own format: the same float16 values as
 text ``'[...]'``, much faster to write); on the throwaway server the postings
@@ -87,6 +87,7 @@ FOLDERS = 100  # top folders of the documents: one prefix keeps 1%
 FILTER_PREFIX = "area-07/"
 WARMUP_QUERIES = 5
 INDEXING_CHUNKS = 2_000
+INDEX_BATCH_CHUNKS = 500  # metis_pg.indexing._BATCH_CHUNKS: a transaction per 500 chunks
 BENCH_TABLES = ("sources", "documents", "chunks", "embeddings", "postings", "bm25_terms", "bm25_totals")
 
 
@@ -288,7 +289,7 @@ def load_chunks(conn, corpus: Corpus, n_new: int, words: list[str], p: np.ndarra
             step("postings_indexes")
         df_new = np.bincount(terms, minlength=len(words))
 
-    # BM25 statistics: df per term and the totals, as storage.write_document keeps them.
+    # BM25 statistics: df per term and the totals, as storage.write_documents keeps them.
     present = np.nonzero(df_new)[0]
     conn.execute(
         "INSERT INTO bm25_terms AS t (base_id, term, df)"
@@ -504,7 +505,7 @@ def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None
     params = {
         "base_ids": [corpus.base_id], "model": corpus.model, "query_embedding": q.vector, "terms": q.terms,
         "k1": 1.2, "b": 0.75, "rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0,
-        "leg_limit": leg_limit(TOP_K), "top_k": TOP_K, "path_prefix": path_prefix, "kinds": None, "sources": None,
+        "leg_limit": leg_limit(TOP_K), "top_k": TOP_K, **Filters(path_prefix=path_prefix).to_params(),
     }
     statement = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) {}").format(sql.SQL(sqlfiles.load("search/hybrid")))
     with pool.connection() as conn:
@@ -544,11 +545,12 @@ def realish_text(rng: np.random.Generator, words: list[str], p: np.ndarray, char
 
 def indexing_throughput(pool, words: list[str], p: np.ndarray, rng: np.random.Generator,
                         total_chunks: int = INDEXING_CHUNKS) -> dict[str, float]:
-    """Write ~`total_chunks` chunks of ~1,000 characters with storage.write_document; return chunks/s.
+    """Write ~`total_chunks` chunks of ~1,000 characters with storage.write_documents; return chunks/s.
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
-    includes tokenizing, COPY of chunks, postings and vectors, and the BM25 statistics,
-    one transaction per document of 10 chunks, as ``metis index`` writes them.
+    includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
+    statistics, in batches of 500 chunks (documents of 10 chunks) per transaction, as
+    ``metis index`` writes them when the model keeps up.
     """
     spec = BaseSpec()
     name = f"bench-index-{uuid.uuid4().hex[:8]}"
@@ -568,12 +570,14 @@ def indexing_throughput(pool, words: list[str], p: np.ndarray, rng: np.random.Ge
         meta = storage.DocumentMeta(f"reports/report-{d:05d}.md", f"Report {d}", "md", f"h{d}", offset)
         documents.append((meta, chunks, list(unit_vectors(rng, len(chunks)))))
     written = 0
+    per_batch = max(1, INDEX_BATCH_CHUNKS // 10)
     t0 = time.perf_counter()
-    for meta, chunks, vectors in documents:
+    for i in range(0, len(documents), per_batch):
+        batch = [storage.PendingDocument(meta, chunks, vectors) for meta, chunks, vectors in documents[i:i + per_batch]]
         with pool.connection() as conn:
-            storage.write_document(conn, base_id=base.base_id, source_id=source_id, meta=meta, chunks=chunks,
-                                   vectors=vectors, model=spec.fingerprint)
-        written += len(chunks)
+            storage.write_documents(conn, base_id=base.base_id, source_id=source_id, documents=batch,
+                                    model=spec.fingerprint)
+        written += sum(len(d.chunks) for d in batch)
     elapsed = time.perf_counter() - t0
     with pool.connection() as conn:
         storage.drop_base(conn, name)
@@ -778,7 +782,7 @@ def print_report(report: dict) -> None:
               f"embeddings {f['bytes_per_1k_chunks']['embeddings'] / 1e6:.2f}, "
               f"chunks {f['bytes_per_1k_chunks']['chunks'] / 1e6:.2f})")
     i = report["indexing"]
-    print(f"\nindexing without model time (storage.write_document, {i['chunks']} chunks of "
+    print(f"\nindexing without model time (storage.write_documents, {i['chunks']} chunks of "
           f"~{i['mean_chunk_chars']:.0f} chars): {i['chunks_per_s']:.0f} chunks/s")
     for row in report.get("storage_compare", []):
         print(f"storage compare 100k: {row['type']:<8} {row['storage']:<28} p50 {row['p50_ms']:.2f} ms, "

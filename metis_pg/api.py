@@ -200,6 +200,7 @@ class Metis:
         source: str | None = None,
         on_progress: indexing.Progress | None = None,
         max_file_bytes: int | None = None,
+        batch_documents: int = 100,
     ) -> IndexReport:
         """Index files and folders into `base` (created with defaults if missing); return the report.
 
@@ -212,14 +213,20 @@ class Metis:
         Args:
             max_file_bytes: for this run, skip files larger than this (default: the
                 base spec's ``max_file_bytes``, 20 MB).
+            batch_documents: documents written per transaction at most (1 to 10,000).
+                Documents read are written once the batch holds this many, 500 chunks,
+                or has waited a second, whichever comes first.
 
         Raises:
-            InvalidInput: no path, a path that does not exist, or a bad `max_file_bytes`.
+            InvalidInput: no path, a path that does not exist, a bad `max_file_bytes`
+                or `batch_documents`.
         """
         if not paths:
             raise InvalidInput("give at least one file or folder to index")
         if max_file_bytes is not None and (not isinstance(max_file_bytes, int) or max_file_bytes < 1):
             raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
+        if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
+            raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
         try:
             row = self._base_row(base)
         except BaseNotFound:
@@ -230,7 +237,8 @@ class Metis:
             row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
         with storage.indexer_session(self.pool, row.base_id):
             return indexing.index_paths(
-                self.pool, row, paths, embedder, source_name=source, on_progress=on_progress
+                self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
+                batch_documents=batch_documents,
             )
 
     def reembed(

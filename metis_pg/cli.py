@@ -69,6 +69,9 @@ def index(
     source: Annotated[Optional[str], typer.Option("--source", help="Source name (default: the folder's name).")] = None,
     max_file_mb: Annotated[Optional[float], typer.Option(
         "--max-file-mb", min=0.000001, help="Skip files larger than this many MB (default: the base's, 20 MB).")] = None,
+    batch: Annotated[int, typer.Option(
+        "--batch", min=1, max=10_000,
+        help="Documents written per transaction at most (1: each as soon as it is read).")] = 100,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -80,7 +83,8 @@ def index(
     _json_mode = as_json
     max_file_bytes = None if max_file_mb is None else max(1, round(max_file_mb * 1_000_000))
     with _open(dsn) as m:
-        report = _index_with_progress(m, base, paths, source, quiet=as_json, max_file_bytes=max_file_bytes)
+        report = _index_with_progress(m, base, paths, source, quiet=as_json, max_file_bytes=max_file_bytes,
+                                      batch_documents=batch)
     if as_json:
         _print_json(report.to_dict())
     else:
@@ -88,7 +92,7 @@ def index(
 
 
 def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | None, *, quiet: bool,
-                         max_file_bytes: int | None = None) -> IndexReport:
+                         max_file_bytes: int | None = None, batch_documents: int = 100) -> IndexReport:
     with Progress(
         TextColumn("indexing"), BarColumn(), MofNCompleteColumn(),
         TextColumn("documents · {task.fields[chunks]} chunks · {task.fields[rates]}"),
@@ -102,7 +106,8 @@ def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | N
             rates = f"{done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
             bar.update(task, completed=done, total=total, chunks=chunks, rates=rates)
 
-        return m.index(base, *paths, source=source, on_progress=progress, max_file_bytes=max_file_bytes)
+        return m.index(base, *paths, source=source, on_progress=progress, max_file_bytes=max_file_bytes,
+                       batch_documents=batch_documents)
 
 
 def _print_report(report: IndexReport) -> None:

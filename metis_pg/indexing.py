@@ -173,11 +173,13 @@ def index_paths(
     *,
     source_name: str | None = None,
     on_progress: Progress | None = None,
+    batch_documents: int = 100,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
 
     A folder is a source (named after it unless `source_name`); its documents that
     are gone from it are deleted. A single file is indexed into the source of its folder.
+    Documents are written in batches of at most `batch_documents` (see :class:`_Batch`).
 
     Raises:
         InvalidInput: a path does not exist or is not a kind metis reads.
@@ -213,13 +215,17 @@ def index_paths(
             source_id = storage.ensure_source(conn, base.base_id, name, str(root))
             known = storage.document_hashes(conn, source_id)
         seen: set[str] = set()
+        batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents)
         for path in files:
             rel = path.relative_to(root).as_posix()
             seen.add(rel)
-            _index_file(pool, base, spec, embedder, run, source_id, path, rel, known.get(rel))
+            pending = _read_file(pool, spec, embedder, run, path, rel, known.get(rel))
+            if pending is not None:
+                batch.add(pending)
             done += 1
             if on_progress:
                 on_progress(done, total, run.chunks)
+        batch.write()
         if deletes:
             for rel, (document_id, _) in known.items():
                 if rel not in seen:
@@ -241,17 +247,66 @@ def index_paths(
     )
 
 
-def _index_file(
+#: A batch of documents is written (one transaction) once it holds this many chunks,
+#: its maximum of documents, or its first document has waited this many seconds.
+_BATCH_CHUNKS = 500
+_BATCH_SECONDS = 1.0
+
+
+class _Batch:
+    """Documents read and embedded, waiting to be written in one transaction.
+
+    Writing many small documents at once costs one update of the base's BM25
+    statistics instead of one per document (docs/performance.md). A document is
+    searchable at most about a second after it was read and embedded, and a process
+    killed before :meth:`write` loses only the unwritten batch: the next ``metis index``
+    reads those files again, as they are still new or changed.
+    """
+
+    def __init__(self, pool: ConnectionPool, base_id: int, source_id: int, model: str, run: _Run, *,
+                 max_documents: int) -> None:
+        self._pool, self._base_id, self._source_id, self._model, self._run = pool, base_id, source_id, model, run
+        self._max_documents = max_documents
+        self._pending: list[storage.PendingDocument] = []
+        self._chunks = 0
+        self._since = 0.0
+
+    def add(self, document: storage.PendingDocument) -> None:
+        """Queue a document; write the batch once it is full or has waited long enough."""
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending.append(document)
+        self._chunks += len(document.chunks)
+        # Counted when queued, so progress moves with reading; a failed write raises anyway.
+        self._run.chunks += len(document.chunks)
+        if document.replaces is None:
+            self._run.new += 1
+        else:
+            self._run.changed += 1
+        if (self._chunks >= _BATCH_CHUNKS or len(self._pending) >= self._max_documents
+                or time.monotonic() - self._since >= _BATCH_SECONDS):
+            self.write()
+
+    def write(self) -> None:
+        """Write the queued documents in one transaction."""
+        if not self._pending:
+            return
+        with self._pool.connection() as conn:
+            storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
+                                    documents=self._pending, model=self._model)
+        self._pending, self._chunks = [], 0
+
+
+def _read_file(
     pool: ConnectionPool,
-    base: storage.BaseRow,
     spec: BaseSpec,
     embedder: Embedder | None,
     run: _Run,
-    source_id: int,
     path: Path,
     rel: str,
     known: tuple[int, str] | None,
-) -> None:
+) -> storage.PendingDocument | None:
+    """Read, chunk and embed a new or changed file; None when it is unchanged or unreadable."""
     try:
         info = path.stat()
         if not path.is_file():  # a FIFO or device named .txt would block the hash below
@@ -262,14 +317,14 @@ def _index_file(
         content_hash, size = _hash_file(path)
         if known is not None and known[1] == content_hash:
             run.unchanged += 1
-            return
+            return None
         document = read_document(path, max_bytes=spec.max_file_bytes)
         chunks = chunk_document(document, chunk_size=spec.chunk_size)
     except (UnreadableDocument, OSError) as exc:
         reason = exc.message if isinstance(exc, UnreadableDocument) else f"{path}: {exc.strerror or exc}"
         log.warning("skipped %s", reason)
         run.failed.append(FailedDocument(rel, reason))
-        return
+        return None
     run.read += 1
     for w in document.warnings:
         run.warnings.append(f"{rel}: {w}")
@@ -277,16 +332,7 @@ def _index_file(
         reuse = storage.reusable_vectors(conn, known[0], spec.fingerprint) if known else {}
     vectors = _vectors_for(run, embedder, chunks, reuse)
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
-    with pool.connection() as conn:
-        storage.write_document(
-            conn, base_id=base.base_id, source_id=source_id, meta=meta, chunks=chunks, vectors=vectors,
-            model=spec.fingerprint, replaces=known[0] if known else None,
-        )
-    run.chunks += len(chunks)
-    if known is None:
-        run.new += 1
-    else:
-        run.changed += 1
+    return storage.PendingDocument(meta, chunks, vectors, replaces=known[0] if known else None)
 
 
 #: Attempts to switch a base to its new model while indexers keep adding chunks.

@@ -1,9 +1,11 @@
-"""Writes: bases, sources, and one document at a time with everything it owns.
+"""Writes: bases, sources, and documents with everything they own.
 
 A document is written in ONE transaction with its chunks, vectors, postings and
 the BM25 statistics they change, after deleting its previous version the same
 way (SPEC F3): a search never sees half a document, and a process killed in
-the middle leaves the last committed state. Writers of one base take a
+the middle leaves the last committed state. The indexer writes documents in
+batches (:func:`write_documents`, one transaction for several documents), which
+keeps this guarantee for each of them. Writers of one base take a
 transaction-level advisory lock on it, so BM25 statistics rows are updated by
 one writer at a time (no deadlocks between two indexers of the same base).
 
@@ -13,10 +15,12 @@ this module deletes them explicitly wherever a chunk goes.
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -41,7 +45,9 @@ __all__ = [
     "set_status",
     "ensure_source",
     "document_hashes",
+    "PendingDocument",
     "write_document",
+    "write_documents",
     "delete_document",
     "chunks_without_vector",
     "write_vectors",
@@ -251,10 +257,6 @@ def document_hashes(conn: psycopg.Connection, source_id: int) -> dict[str, tuple
     return {path: (document_id, content_hash) for path, document_id, content_hash in rows}
 
 
-def _vector_text(vector: np.ndarray) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
-
-
 def reusable_vectors(conn: psycopg.Connection, document_id: int, model: str) -> dict[str, Any]:
     """Return ``{embedding_text: vector}`` of a document's current chunks for `model`."""
     rows = conn.execute(sqlfiles.load("storage/reusable_vectors"), {"document_id": document_id, "model": model})
@@ -284,6 +286,25 @@ def delete_document(conn: psycopg.Connection, base_id: int, document_id: int) ->
         _delete_document_rows(conn, base_id, document_id)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingDocument:
+    """A document ready to be written: its row, its chunks and one vector (or None) per chunk.
+
+    Attributes:
+        meta: the document row.
+        chunks: its chunks, in order.
+        vectors: one vector (numpy (dim,) or pgvector value) or None per chunk; None = no vectors.
+        replaces: id of the previous version of this document, deleted in the same transaction.
+        document_id: the id to give it (from :func:`new_document_id`); None = the next one.
+    """
+
+    meta: DocumentMeta
+    chunks: Sequence[Chunk]
+    vectors: Sequence[Any | None] | None = None
+    replaces: int | None = None
+    document_id: int | None = None
+
+
 def write_document(
     conn: psycopg.Connection,
     *,
@@ -296,70 +317,122 @@ def write_document(
     replaces: int | None = None,
     document_id: int | None = None,
 ) -> int:
-    """Write a document with its chunks, vectors and postings; return its id.
+    """Write one document with its chunks, vectors and postings; return its id.
 
-    Args:
-        meta: the document row.
-        chunks: its chunks, in order.
-        vectors: one vector (numpy (dim,) or pgvector value) or None per chunk; None = no vectors.
-        model: the embedding fingerprint the vectors belong to.
-        replaces: id of the previous version of this document, deleted in the same transaction.
-        document_id: the id to give it (from :func:`new_document_id`); None = the next one.
+    The arguments are those of :class:`PendingDocument`; see :func:`write_documents`.
     """
+    pending = PendingDocument(meta, chunks, vectors, replaces, document_id)
+    return write_documents(conn, base_id=base_id, source_id=source_id, documents=[pending], model=model)[0]
+
+
+def write_documents(
+    conn: psycopg.Connection,
+    *,
+    base_id: int,
+    source_id: int,
+    documents: Sequence[PendingDocument],
+    model: str,
+) -> list[int]:
+    """Write documents with their chunks, vectors and postings in ONE transaction; return their ids.
+
+    The previous versions they replace are deleted first, in the same transaction, and
+    the base's BM25 statistics get one update for the whole batch (each update of a
+    ``bm25_terms`` row leaves a dead row version: per document, common terms were
+    rewritten once per document). `model` is the fingerprint the vectors belong to.
+    """
+    if not documents:
+        return []
     # BM25 reads what the embedder reads: title and headings count for every chunk below them.
-    chunk_terms = [text_terms(embedding_text(c.title, c.headings, c.text)) for c in chunks]
+    chunk_terms = [[text_terms(embedding_text(c.title, c.headings, c.text)) for c in d.chunks] for d in documents]
     with conn.transaction():
         lock_base(conn, base_id)
-        if replaces is not None:
-            _delete_document_rows(conn, base_id, replaces)
-        document_id = conn.execute(
-            "INSERT INTO documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes)"
-            " VALUES (coalesce(%s::bigint, nextval('documents_document_id_seq')), %s, %s, %s, %s, %s, %s, %s)"
-            " RETURNING document_id",
-            (document_id, base_id, source_id, meta.path, meta.title, meta.kind, meta.content_hash, meta.size_bytes),
-        ).fetchone()[0]
-        if not chunks:
-            return document_id
-        chunk_ids = [
-            r[0]
-            for r in conn.execute(
-                "SELECT nextval('chunks_chunk_id_seq') FROM generate_series(1, %s)", (len(chunks),)
-            )
+        for d in documents:
+            if d.replaces is not None:
+                _delete_document_rows(conn, base_id, d.replaces)
+        document_ids = [
+            d.document_id if d.document_id is not None else new_id
+            for d, new_id in zip(documents, _next_ids(conn, "documents_document_id_seq", len(documents)))
         ]
+        chunk_ids = iter(_next_ids(conn, "chunks_chunk_id_seq", sum(len(d.chunks) for d in documents)))
+        document_frequency: Counter[str] = Counter()
+        term_total = chunk_total = 0
         with conn.cursor() as cur:
+            with cur.copy(
+                "COPY documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes)"
+                " FROM STDIN"
+            ) as copy:
+                for d, document_id in zip(documents, document_ids):
+                    m = d.meta
+                    copy.write_row((document_id, base_id, source_id, m.path, m.title, m.kind,
+                                    m.content_hash, m.size_bytes))
+            placed = [[next(chunk_ids) for _ in d.chunks] for d in documents]
             with cur.copy(
                 "COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
                 " char_start, char_end, term_count) FROM STDIN"
             ) as copy:
-                for chunk_id, chunk, terms in zip(chunk_ids, chunks, chunk_terms):
-                    copy.write_row((
-                        chunk_id, base_id, document_id, chunk.ordinal, chunk.text, chunk.title,
-                        list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end, len(terms),
-                    ))
-            with cur.copy("COPY postings (base_id, term, chunk_id, document_id, tf, chunk_terms) FROM STDIN") as copy:
-                for chunk_id, terms in zip(chunk_ids, chunk_terms):
+                for d, document_id, ids, terms_of in zip(documents, document_ids, placed, chunk_terms):
+                    for chunk_id, chunk, terms in zip(ids, d.chunks, terms_of):
+                        copy.write_row((
+                            chunk_id, base_id, document_id, chunk.ordinal, chunk.text, chunk.title,
+                            list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end,
+                            len(terms),
+                        ))
+            rows = []
+            for document_id, ids, terms_of in zip(document_ids, placed, chunk_terms):
+                for chunk_id, terms in zip(ids, terms_of):
                     length = len(terms)
-                    for term, tf in Counter(terms).items():
-                        copy.write_row((base_id, term, chunk_id, document_id, tf, length))
-            if vectors is not None:
-                _copy_vectors(cur, base_id, model, [
-                    (chunk_id, document_id, v) for chunk_id, v in zip(chunk_ids, vectors) if v is not None
-                ])
-        conn.execute(sqlfiles.load("storage/bm25_add_document"), {"base_id": base_id, "document_id": document_id})
-        conn.execute(
-            sqlfiles.load("storage/bm25_totals_add"),
-            {"base_id": base_id, "chunks": len(chunks), "terms": sum(len(t) for t in chunk_terms)},
-        )
-    return document_id
+                    counts = Counter(terms)
+                    document_frequency.update(counts.keys())
+                    term_total += length
+                    chunk_total += 1
+                    rows.extend((base_id, term, chunk_id, document_id, tf, length) for term, tf in counts.items())
+            # In index order: the primary key's leaf pages are then filled one after the other
+            # (30% faster than chunk order); binary COPY is formatted by psycopg in C.
+            rows.sort(key=itemgetter(1, 2))
+            with cur.copy("COPY postings (base_id, term, chunk_id, document_id, tf, chunk_terms)"
+                          " FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "int8", "int8", "int4", "int4"])
+                for row in rows:
+                    copy.write_row(row)
+            _copy_vectors(cur, base_id, model, [
+                (chunk_id, document_id, v)
+                for d, document_id, ids in zip(documents, document_ids, placed) if d.vectors is not None
+                for chunk_id, v in zip(ids, d.vectors) if v is not None
+            ])
+        if document_frequency:
+            terms_sorted = sorted(document_frequency)  # rows locked in term order: no deadlock between writers
+            conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
+                "base_id": base_id, "terms": terms_sorted, "dfs": [document_frequency[t] for t in terms_sorted],
+            })
+        conn.execute(sqlfiles.load("storage/bm25_totals_add"),
+                     {"base_id": base_id, "chunks": chunk_total, "terms": term_total})
+    return document_ids
+
+
+def _next_ids(conn: psycopg.Connection, sequence: str, n: int) -> list[int]:
+    """Return `n` new values of `sequence` (one round trip)."""
+    if n == 0:
+        return []
+    return [r[0] for r in conn.execute("SELECT nextval(%s::regclass) FROM generate_series(1, %s)", (sequence, n))]
 
 
 def _copy_vectors(cur: psycopg.Cursor, base_id: int, model: str, rows: Sequence[tuple[int, int, Any]]) -> None:
+    """COPY vectors ``(chunk_id, document_id, vector)`` in binary: halfvec's own format, no text."""
     if not rows:
         return
-    with cur.copy("COPY embeddings (chunk_id, model, base_id, document_id, embedding) FROM STDIN") as copy:
+    with cur.copy("COPY embeddings (chunk_id, model, base_id, document_id, embedding) FROM STDIN (FORMAT BINARY)") as copy:
+        # bytea's binary form is the bytes as they are: the server reads them with halfvec's receive function.
+        copy.set_types(["int8", "text", "int4", "int8", "bytea"])
         for chunk_id, document_id, vector in rows:
-            text = _vector_text(np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector))
-            copy.write_row((chunk_id, model, base_id, document_id, text))
+            copy.write_row((chunk_id, model, base_id, document_id, _halfvec_binary(vector)))
+
+
+def _halfvec_binary(vector: Any) -> bytes:
+    """Return pgvector's binary halfvec: dimension (int16), unused (int16), big-endian float16 values."""
+    values = np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
+    if values.ndim != 1 or not np.all(np.isfinite(values)):
+        raise InvalidInput("a vector must be one-dimensional with finite values")
+    return struct.pack(">HH", values.shape[0], 0) + values.astype(">f2").tobytes()
 
 
 def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, limit: int) -> list[tuple]:

@@ -94,7 +94,7 @@ def test_the_spec_codes_of_f14():
 
 SQL_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
                    for p in sqlfiles.sql_root().rglob("*.sql"))
-_PARAM = re.compile(r"%\((\w+)\)s")
+_PARAM = re.compile(r"%\((\w+)\)[sbt]")  # psycopg placeholders: auto, binary, text format
 
 
 def test_sql_files_exist():
@@ -108,7 +108,7 @@ def test_each_sql_file_loads_and_explains(metis, name):
     assert text.lstrip().startswith("--"), f"{name}.sql has no header comment"
     params = set(_PARAM.findall(text))
     for param in params:  # the header names every parameter the statement binds
-        assert f"%({param})s" in text.split("\n\n")[0] or re.search(rf"^--.*\b{param}\b", text, re.MULTILINE), (
+        assert f"%({param})" in text.split("\n\n")[0] or re.search(rf"^--.*\b{param}\b", text, re.MULTILINE), (
             f"{name}.sql does not describe its parameter {param!r} in its header"
         )
     # NULL for every parameter: each statement casts what the context does not type.

@@ -1,5 +1,9 @@
 """Crash safety (SPEC F3): `metis index` killed with SIGKILL mid-run, several times, then run to the end.
 
+The indexer runs with `--batch 1` (a transaction per document), so that the
+kills fall between many commits; a batch of several documents is one
+transaction all the same.
+
 Three kills come at a random moment after the run committed 1 to 3 new
 documents; one comes while the indexer's transaction is writing a document
 (its backend has a transaction id). After each kill the base is searchable and consistent (BM25 statistics equal a
@@ -46,7 +50,8 @@ def start_indexer(dsn: str, base: str, folder: Path) -> subprocess.Popen:
     """`metis index` in a new process whose database sessions are named APPLICATION."""
     named = f"{dsn}{'&' if '?' in dsn else '?'}application_name={APPLICATION}"
     return subprocess.Popen(
-        [sys.executable, "-m", "metis_pg.cli", "index", str(folder), "--base", base, "--dsn", named, "--json"],
+        [sys.executable, "-m", "metis_pg.cli", "index", str(folder), "--base", base, "--dsn", named, "--json",
+         "--batch", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

