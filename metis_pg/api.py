@@ -401,6 +401,22 @@ class Metis:
             BaseNotFound: a base does not exist.
             EmbeddingModelUnavailable: ``mode="dense"`` and the embedding model did not answer.
         """
+        return self._search(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
+                            embedder_for=self.embedder)
+
+    def _search(
+        self,
+        bases: str | Sequence[str],
+        question: str,
+        *,
+        mode: str,
+        top_k: int,
+        rerank: bool | None,
+        filters: dict[str, Any] | retrieval.Filters | None,
+        embedder_for: Callable[[BaseSpec], Embedder],
+    ) -> SearchResponse:
+        """:meth:`search`, embedding the question with ``embedder_for(spec)`` (evaluate passes
+        one that answers from questions embedded beforehand)."""
         started = time.perf_counter()
         names = [bases] if isinstance(bases, str) else list(dict.fromkeys(bases))
         if not names:
@@ -441,7 +457,7 @@ class Metis:
             if mode != "keyword":
                 t0 = time.perf_counter()
                 try:
-                    vector = self.embedder(spec).embed_queries([question])[0]
+                    vector = embedder_for(spec).embed_queries([question])[0]
                 except EmbeddingModelUnavailable as exc:
                     if mode == "dense":  # SPEC F14: refused with EMBEDDING_MODEL_UNAVAILABLE, whatever failed
                         if type(exc) is EmbeddingModelUnavailable:
@@ -566,21 +582,21 @@ class Metis:
                     sqlfiles.load("evaluation/chunk_lines"), {"base_id": row.base_id, "documents": documents}
                 ):
                     chunk_lines.setdefault(document, []).append((line, chunk_id))
-        embedder = self.embedder(spec)
-        cached = evaluation.CachedQueries(embedder)
+        cached = evaluation.CachedQueries(self.embedder(spec))
         if any(m != "keyword" for m in modes):
             try:
                 cached.prefill([q.question for q in eval_set.queries])
             except EmbeddingModelUnavailable:
                 pass  # each search then degrades (or fails in mode dense) on its own
-        self._embedders[spec] = cached
-        try:
-            return evaluation.run(
-                lambda q, mode, k, rr: self.search(name, q, mode=mode, top_k=k, rerank=rr),
-                eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
-            )
-        finally:
-            self._embedders[spec] = embedder
+
+        def embedder_for(other: BaseSpec) -> Embedder:
+            return cached if other == spec else self.embedder(other)
+
+        return evaluation.run(
+            lambda q, mode, k, rr: self._search(name, q, mode=mode, top_k=k, rerank=rr, filters=None,
+                                                embedder_for=embedder_for),
+            eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
+        )
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:

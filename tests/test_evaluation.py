@@ -183,6 +183,21 @@ def test_evaluate_indexes_the_corpus_and_scores_known_answers(metis, base_name, 
     assert len(vacation) == 1 and vacation[0].units[0].startswith("guide.md#L")
 
 
+def test_evaluate_leaves_the_shared_embedder_to_concurrent_searches(metis, base_name, tmp_path):
+    eval_set = _json_set(tmp_path)
+    metis.index(base_name, tmp_path / "kb")
+    spec = metis_pg.BaseSpec.from_json(metis._base_row(base_name).spec)
+    shared = metis.embedder(spec)
+    seen = []
+
+    def during_run(done: int, total: int) -> None:
+        # What a search in another thread would embed with, while the evaluation runs.
+        seen.append(metis.embedder(spec))
+
+    metis.evaluate(base_name, eval_set, modes=["dense"], on_progress=during_run)
+    assert seen and all(e is shared for e in seen)
+
+
 def test_evaluate_a_beir_folder_into_a_base_named_for_it(metis, tmp_path, monkeypatch):
     monkeypatch.setenv("METIS_HOME", str(tmp_path / "home"))
     folder = _beir_folder(tmp_path / f"beir-{tmp_path.name[-8:]}", header=False)
