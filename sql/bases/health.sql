@@ -14,14 +14,7 @@ SELECT b.name,
        coalesce(missing.n, 0) AS chunks_without_vector
 FROM bases AS b
 LEFT JOIN bm25_totals AS t ON t.base_id = b.base_id
-CROSS JOIN LATERAL (
-    SELECT EXISTS (
-        SELECT 1 FROM pg_locks AS l
-        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND l.classid = %(lock_space)s::int::oid AND l.objid = b.base_id::oid
-    ) AS indexing
-) AS live
+CROSS JOIN LATERAL (SELECT base_is_indexing(b.base_id, %(lock_space)s::int) AS indexing) AS live
 LEFT JOIN LATERAL (
     SELECT count(*) AS n
     FROM chunks AS c

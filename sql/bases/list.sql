@@ -4,7 +4,7 @@
 --          chunks_without_vector.
 --
 -- Status (SPEC F3): 'indexing' only while a live indexer holds the base's session-level
--- advisory lock (key (lock_space, base_id), read from pg_locks); a base whose row still says
+-- advisory lock (key (lock_space, base_id): base_is_indexing, migration 0005); a base whose row still says
 -- 'indexing' but whose indexer is gone (a killed process) shows 'waiting' when chunks lack a
 -- vector, else 'ready', with interrupted = true: the next `metis index` finishes the job.
 SELECT b.base_id, b.name, b.kind, b.spec,
@@ -15,14 +15,7 @@ SELECT b.base_id, b.name, b.kind, b.spec,
        (b.status = 'indexing' AND NOT live.indexing) AS interrupted,
        b.last_indexed_at, h.documents, h.chunks, h.chunks_without_vector
 FROM bases AS b
-CROSS JOIN LATERAL (
-    SELECT EXISTS (
-        SELECT 1 FROM pg_locks AS l
-        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND l.classid = %(lock_space)s::int::oid AND l.objid = b.base_id::oid
-    ) AS indexing
-) AS live
+CROSS JOIN LATERAL (SELECT base_is_indexing(b.base_id, %(lock_space)s::int) AS indexing) AS live
 CROSS JOIN LATERAL (
     SELECT (SELECT count(*) FROM documents AS d WHERE d.base_id = b.base_id) AS documents,
            (SELECT count(*) FROM chunks AS c WHERE c.base_id = b.base_id) AS chunks,
