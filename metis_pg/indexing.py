@@ -1,9 +1,10 @@
 """The indexing pipeline: read → chunk → tokenize → embed → store (SPEC F2-F4).
 
 Incremental (F3): a document whose content hash is unchanged is skipped; a
-changed one is re-chunked and written in one transaction that also deletes its
+changed one is re-chunked and written in the transaction that also deletes its
 previous version (reusing the vectors of chunks whose text did not change); a
-document gone from its folder is deleted with everything it owns.
+document gone from its folder is deleted with everything it owns. Documents are
+written in batches, one transaction each (:class:`_Batch`).
 
 When the embedding model does not answer (F14), chunks are stored without
 vectors, the base becomes ``waiting``, and the model is not called again during
