@@ -322,7 +322,7 @@ class Metis:
 
         Raises:
             BaseNotFound: no such base.
-            InvalidInput: the base has no note with this id.
+            NotFound: the base has no note with this id.
         """
         notes.delete_note(self.pool, self._base_row(base), note_id)
 

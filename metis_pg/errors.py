@@ -154,7 +154,7 @@ class Unauthorized(MetisError):
 
 
 class NotFound(MetisError):
-    """No such thing other than a base: an HTTP route, an indexing job."""
+    """No such thing other than a base: an HTTP route, an indexing job, a note."""
 
     code = "NOT_FOUND"
     exit_code = 4

@@ -29,7 +29,7 @@ from psycopg_pool import ConnectionPool
 from . import sqlfiles, storage
 from .chunking import Chunk, chunk_document, embedding_text
 from .config import BaseSpec
-from .errors import EmbeddingModelUnavailable, InvalidInput
+from .errors import EmbeddingModelUnavailable, InvalidInput, NotFound
 from .models.embed import Embedder
 from .readers import markdown
 from .readers.document import Document, Section
@@ -157,7 +157,7 @@ def delete_note(pool: ConnectionPool, base: storage.BaseRow, note_id: int) -> No
     """Delete a note with its chunks, vectors and terms, in one transaction.
 
     Raises:
-        InvalidInput: `base` has no note with this id (facts are not deleted here).
+        NotFound: `base` has no note with this id (facts are not deleted here).
     """
     with pool.connection() as conn:
         row = conn.execute(
@@ -167,7 +167,7 @@ def delete_note(pool: ConnectionPool, base: storage.BaseRow, note_id: int) -> No
             (note_id, base.base_id, source_name(base.name)),
         ).fetchone()
         if row is None or row[0]:
-            raise InvalidInput(f"base {base.name!r} has no note {note_id} (`metis note list {base.name}`)")
+            raise NotFound(f"base {base.name!r} has no note {note_id} (`metis note list {base.name}`)")
         storage.delete_document(conn, base.base_id, note_id)
 
 

@@ -52,7 +52,7 @@ def test_notes_are_listed_and_deleted_with_everything_they_own(metis, base_name,
     state = bm25_state(metis, base_name)
     assert (state["documents"], state["chunks"], state["embeddings"]) == (1, 1, 1)
     assert "tuesday" not in state["df"]
-    with pytest.raises(metis_pg.InvalidInput, match="has no note"):
+    with pytest.raises(metis_pg.NotFound, match="has no note"):
         metis.delete_note(base_name, with_note)
 
 

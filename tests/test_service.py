@@ -260,6 +260,7 @@ def test_notes_are_added_listed_searched_and_deleted(client, base_name):
     assert found["results"][0]["citation"]["source"] == f"metis-{base_name}"
     assert client.delete(f"/bases/{base_name}/notes/{note_id}").json() == {"deleted": note_id}
     assert client.get(f"/bases/{base_name}/notes").json()["notes"] == []
+    assert_error(client.delete(f"/bases/{base_name}/notes/{note_id}"), 404, "NOT_FOUND")
 
 
 def test_a_newer_fact_with_the_same_key_replaces_the_older(client, base_name):
