@@ -159,6 +159,8 @@ def create_base(conn: psycopg.Connection, name: str, kind: str, spec: dict[str, 
         BaseExists: a base has this name.
         InvalidInput: the name is not 1-63 letters, digits, ``_ . -`` (first a letter or digit).
     """
+    if not isinstance(name, str) or "\x00" in name:  # PostgreSQL text cannot hold NUL: refuse it before psycopg does
+        raise InvalidInput(f"invalid base name {name!r}: use 1-63 letters, digits, '_', '.' or '-'")
     try:
         with conn.transaction():
             row = conn.execute(
@@ -181,6 +183,8 @@ def get_base(conn: psycopg.Connection, name: str) -> BaseRow:
     Raises:
         BaseNotFound: no base has this name.
     """
+    if not isinstance(name, str) or "\x00" in name:  # no base name holds NUL (the CHECK on bases.name)
+        raise BaseNotFound(f"no base named {name!r}")
     row = conn.execute(
         "SELECT base_id, name, kind, spec, status FROM bases WHERE name = %s", (name,)
     ).fetchone()

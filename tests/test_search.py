@@ -224,6 +224,10 @@ def test_empty_question_is_refused(metis, small_base):
 def test_unknown_base_is_not_found(metis):
     with pytest.raises(metis_pg.BaseNotFound):
         metis.search("no-such-base", "router")
+    with pytest.raises(metis_pg.BaseNotFound):
+        metis.search("nul\x00base", "router")
+    with pytest.raises(metis_pg.InvalidInput, match="invalid base name"):
+        metis.create_base("nul\x00base")
 
 
 def test_empty_base_warns_nothing_is_indexed(metis, base_name):
