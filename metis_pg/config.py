@@ -93,8 +93,9 @@ class BaseSpec:
         reranker_api_key_env: name of the environment variable holding its API key.
         model_timeout_s: seconds one model call may take (SPEC F14).
         chunk_size: characters per chunk at most (SPEC F4).
-        k1, b: BM25 parameters (Robertson & Zaragoza 2009; SPEC F6 defaults).
-        rrf_k: reciprocal-rank-fusion constant (Cormack et al. 2009; SPEC F7).
+        k1, b: BM25 parameters (Robertson & Zaragoza 2009; SPEC F6 defaults), k1 in
+            [0, 10], b in [0, 1].
+        rrf_k: reciprocal-rank-fusion constant (Cormack et al. 2009; SPEC F7), 1 to 10,000.
         max_file_bytes: files above this size are skipped with a warning.
     """
 
@@ -141,6 +142,13 @@ class BaseSpec:
             )
         if self.embedding_batch_size < 1:
             raise ConfigError("embedding_batch_size must be at least 1")
+        # The keyword leg's pruning bounds a term's score by idf * (k1 + 1): true for these only.
+        if not (isinstance(self.k1, (int, float)) and 0 <= self.k1 <= 10):
+            raise ConfigError(f"k1 must be between 0 and 10, not {self.k1!r}")
+        if not (isinstance(self.b, (int, float)) and 0 <= self.b <= 1):
+            raise ConfigError(f"b must be between 0 and 1, not {self.b!r}")
+        if not (isinstance(self.rrf_k, int) and 1 <= self.rrf_k <= 10_000):
+            raise ConfigError(f"rrf_k must be a whole number from 1 to 10000, not {self.rrf_k!r}")
 
     @property
     def fingerprint(self) -> str:

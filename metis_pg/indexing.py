@@ -223,6 +223,7 @@ def index_paths(
             pending = _read_file(pool, spec, embedder, run, path, rel, known.get(rel))
             if pending is not None:
                 batch.add(pending)
+            batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
             done += 1
             if on_progress:
                 on_progress(done, total, run.chunks)
@@ -284,8 +285,12 @@ class _Batch:
             self._run.new += 1
         else:
             self._run.changed += 1
-        if (self._chunks >= _BATCH_CHUNKS or len(self._pending) >= self._max_documents
-                or time.monotonic() - self._since >= _BATCH_SECONDS):
+        self.write_if_due()
+
+    def write_if_due(self) -> None:
+        """Write the batch if it is full or its first document has waited long enough."""
+        if self._pending and (self._chunks >= _BATCH_CHUNKS or len(self._pending) >= self._max_documents
+                              or time.monotonic() - self._since >= _BATCH_SECONDS):
             self.write()
 
     def write(self) -> None:

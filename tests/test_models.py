@@ -520,3 +520,11 @@ def test_reranker_answer_without_results_raises_unavailable(serve):
     service = serve(lambda path, body: (200, {"scores": [0.1]}))
     with pytest.raises(RerankerUnavailable, match="without a 'results' list"):
         RemoteReranker(rerank_spec(service.url)).rerank("q", ["a"])
+
+
+@pytest.mark.parametrize(("option", "value"), [("k1", -0.5), ("k1", 11), ("b", -0.1), ("b", 1.5),
+                                                ("rrf_k", 0), ("rrf_k", 2.5)])
+def test_bm25_and_rrf_parameters_out_of_range_are_refused(option, value):
+    # The keyword leg's pruning is exact only for k1 >= 0 and 0 <= b <= 1.
+    with pytest.raises(ConfigError, match=option):
+        BaseSpec(**{option: value})

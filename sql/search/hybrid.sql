@@ -61,13 +61,14 @@ dense AS MATERIALIZED (
     ) AS nearest
 ),
 -- idf once per query term, in float8, from the few bm25_terms rows the question names.
--- max_score = idf * (k1 + 1) bounds what one term can add to a chunk (tf / (tf + K) < 1).
+-- max_score = idf * (k1 + 1) bounds what one term can add to a chunk (tf / (tf + K) < 1 for
+-- k1 >= 0 and 0 <= b <= 1, which BaseSpec enforces).
 -- A term is common when it is in more than a tenth of its base's chunks, unless it is the
 -- base's rarest query term (so every base searched keeps one rare term).
 query_idf AS MATERIALIZED (
     SELECT per_term.*,
            per_term.idf * (%(k1)s::float8 + 1) AS max_score,
-           per_term.df * 10 > per_term.chunk_count
+           per_term.df::bigint * 10 > per_term.chunk_count
              AND row_number() OVER (PARTITION BY per_term.base_id ORDER BY per_term.df, per_term.term) > 1 AS common
     FROM (
         SELECT bt.base_id, bt.term, bt.df, tot.chunk_count,
