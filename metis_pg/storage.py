@@ -340,9 +340,12 @@ def write_documents(
     """Write documents with their chunks, vectors and postings in ONE transaction; return their ids.
 
     The previous versions they replace are deleted first, in the same transaction, and
-    the base's BM25 statistics get one update for the whole batch (each update of a
-    ``bm25_terms`` row leaves a dead row version: per document, common terms were
-    rewritten once per document). `model` is the fingerprint the vectors belong to.
+    the base's BM25 statistics get one update for the whole batch: each ``bm25_terms``
+    row the batch touches gets one new version, not one per document. `model` is the
+    fingerprint the vectors belong to.
+
+    Raises:
+        InvalidInput: a vector that is not one-dimensional or holds NaN or infinity.
     """
     if not documents:
         return []

@@ -46,12 +46,12 @@ def corpus() -> dict[str, str]:
     }
 
 
-def start_indexer(dsn: str, base: str, folder: Path) -> subprocess.Popen:
+def start_indexer(dsn: str, base: str, folder: Path, batch: int = 1) -> subprocess.Popen:
     """`metis index` in a new process whose database sessions are named APPLICATION."""
     named = f"{dsn}{'&' if '?' in dsn else '?'}application_name={APPLICATION}"
     return subprocess.Popen(
         [sys.executable, "-m", "metis_pg.cli", "index", str(folder), "--base", base, "--dsn", named, "--json",
-         "--batch", "1"],
+         "--batch", str(batch)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -144,3 +144,33 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
     for i in (0, 17, 29):
         hits = metis.search(base_name, unique_word(i), mode="keyword").results
         assert [r.citation.document for r in hits] == [f"doc{i:02d}.txt"]
+
+
+def test_sigkill_inside_a_batch_of_documents_loses_only_that_batch(metis, base_name, tmp_path):
+    folder = write_corpus(tmp_path / "kb", corpus())
+    watcher = psycopg.connect(metis.dsn, autocommit=True)
+    proc = start_indexer(metis.dsn, base_name, folder, batch=100)
+    try:
+        started = time.monotonic()
+        while not writing(watcher):  # a transaction writing a batch of several documents
+            assert proc.poll() is None and time.monotonic() - started < 120, "the indexer never wrote"
+            time.sleep(0.002)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        watcher.close()
+    wait_for(lambda: metis.base(base_name).status != "indexing", 30, "the killed indexer's lock to go")
+    state = bm25_state(metis, base_name)  # consistent: statistics equal a recount of the postings
+    assert state["documents"] == state["chunks"] == state["embeddings"] < 30
+
+    proc = start_indexer(metis.dsn, base_name, folder, batch=100)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert (report["new"], report["unchanged"]) == (30 - state["documents"], state["documents"])
+    clean = base_name + "-clean"
+    try:
+        metis.index(clean, folder)
+        assert bm25_state(metis, base_name) == bm25_state(metis, clean)
+    finally:
+        metis.drop_base(clean)
