@@ -202,6 +202,9 @@ def index_paths(
     total = sum(len(files) for _, _, files, _ in plans)
 
     with pool.connection() as conn:
+        # Every source is checked (a name reading another folder is refused) before anything is
+        # written or the base is marked as indexing: a refused run leaves the base as it was.
+        source_ids = [storage.ensure_source(conn, base.base_id, name, str(root)) for name, root, _, _ in plans]
         storage.set_status(conn, base.base_id, "indexing")
     if embedder is not None:
         try:
@@ -211,9 +214,8 @@ def index_paths(
             run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
 
     done = 0
-    for name, root, files, deletes in plans:
+    for (name, root, files, deletes), source_id in zip(plans, source_ids):
         with pool.connection() as conn:
-            source_id = storage.ensure_source(conn, base.base_id, name, str(root))
             known = storage.document_hashes(conn, source_id)
         seen: set[str] = set()
         batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents)

@@ -43,11 +43,16 @@ def _run(dsn: str, action) -> None:
     cfg = _config(dsn)
     engine = create_engine(sqlalchemy_url(dsn), poolclass=None)
     try:
-        with engine.begin() as connection:
-            cfg.attributes["connection"] = connection
-            action(cfg)
-    except Exception as exc:
-        raise DatabaseUnavailable(f"migration failed: {exc}") from exc
+        try:
+            connection = engine.connect()
+        except Exception as exc:  # in the user's terms: the search never got to a migration
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {getattr(exc, 'orig', None) or exc}") from exc
+        try:
+            with connection, connection.begin():
+                cfg.attributes["connection"] = connection
+                action(cfg)
+        except Exception as exc:
+            raise DatabaseUnavailable(f"migration failed: {exc}") from exc
     finally:
         engine.dispose()
 

@@ -238,3 +238,9 @@ def test_readme_first_command_installs_and_runs_the_demo():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert scripts["metis"] == "metis_pg.cli:main"
     assert command in {c.name or c.callback.__name__ for c in app.registered_commands}
+
+
+def test_an_unreachable_database_is_named_as_such_not_as_a_failed_migration():
+    with pytest.raises(metis_pg.DatabaseUnavailable, match="could not connect to PostgreSQL") as raised:
+        migrate.upgrade("postgresql://nobody@127.0.0.1:1/nothing")
+    assert "sqlalche.me" not in str(raised.value)

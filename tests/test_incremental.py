@@ -270,3 +270,16 @@ def test_batches_of_any_size_leave_the_same_base(metis, base_name, tmp_path):
 def test_a_bad_batch_size_is_refused(metis, base_name, tmp_path, batch):
     with pytest.raises(metis_pg.InvalidInput, match="batch_documents"):
         metis.index(base_name, write_corpus(tmp_path / "kb", CORPUS), batch_documents=batch)
+
+
+def test_a_refused_source_leaves_the_base_as_it_was(metis, base_name, tmp_path):
+    first = write_corpus(tmp_path / "kb", CORPUS)
+    metis.index(base_name, first)
+    before = bm25_state(metis, base_name)
+    other = write_corpus(tmp_path / "elsewhere" / "kb", {"new.txt": "A new document about otters."})
+    extra = write_corpus(tmp_path / "extra", {"more.txt": "More words about badgers."})
+    with pytest.raises(metis_pg.InvalidInput, match="name the new source with --source"):
+        metis.index(base_name, extra, other)  # the second folder's name is taken by another folder
+    info = metis.base(base_name)
+    assert (info.status, info.interrupted) == ("ready", False)
+    assert bm25_state(metis, base_name) == before  # not even the first folder was indexed
