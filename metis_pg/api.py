@@ -481,6 +481,7 @@ class Metis:
             # Bases of different models: fuse their lists by rank (each list's RRF order).
             candidates = _merge_by_rank(statement_lists, fetch)
         warnings.extend(_health_warnings(names, health, mode))
+        warnings.extend(_unknown_source_warnings(names, health, filters))
 
         reranked = False
         rerank_scores: dict[int, float] = {}
@@ -647,6 +648,22 @@ def _health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) -
                         f"did not answer): those are found by keywords only")
             warnings.append(SearchWarning("NO_VECTOR_YET", text))
     return warnings
+
+
+def _unknown_source_warnings(names: Sequence[str], health: dict[str, dict],
+                             filters: retrieval.Filters) -> list[SearchWarning]:
+    """A `sources` filter naming a source no base searched has: say so rather than find nothing silently."""
+    if not filters.sources:
+        return []
+    known = {s for name in names for s in health[name]["source_names"]}
+    unknown = [s for s in filters.sources if s not in known]
+    if not unknown:
+        return []
+    listed = ", ".join(sorted(known)) or "none"
+    return [SearchWarning(
+        "UNKNOWN_SOURCE",
+        f"no base searched has a source named {', '.join(map(repr, unknown))} (sources: {listed})",
+    )]
 
 
 def _result(c: retrieval.Candidate, question_terms: set[str], rerank: float | None, reranked: bool) -> SearchResult:

@@ -202,7 +202,7 @@ def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[s
 
 
 def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:
-    """Return name, status, last_indexed_at, chunks, sources, chunks_without_vector (if waiting) per base."""
+    """Return name, status, last_indexed_at, chunks, sources, source_names, chunks_without_vector (if waiting) per base."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
             sqlfiles.load("bases/health"), {"base_ids": list(base_ids), "lock_space": INDEXER_LOCK_SPACE}

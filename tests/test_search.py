@@ -199,6 +199,11 @@ def test_sources_filter_keeps_one_folder(metis, base_name, tmp_path):
     metis.index(base_name, tmp_path / "wiki", tmp_path / "handbook")
     answer = metis.search(base_name, "lighthouse keeper", filters={"sources": ["handbook"]})
     assert [(r.citation.source, r.citation.document) for r in answer.results] == [("handbook", "b.md")]
+    assert answer.warnings == ()
+    typo = metis.search(base_name, "lighthouse keeper", mode="keyword", filters={"sources": ["handbok"]})
+    assert typo.results == ()
+    assert [(w.code, w.message) for w in typo.warnings] == [
+        ("UNKNOWN_SOURCE", "no base searched has a source named 'handbok' (sources: handbook, wiki)")]
 
 
 @pytest.mark.parametrize(

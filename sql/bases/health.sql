@@ -2,7 +2,7 @@
 -- Chunks without a vector are counted only for a base that is waiting (or was left
 -- 'indexing' by a process that is gone); status as in bases/list.sql.
 -- Parameters: %(base_ids)s int[], %(lock_space)s int (storage.INDEXER_LOCK_SPACE).
--- Returns: name, status, last_indexed_at, chunks, sources, chunks_without_vector.
+-- Returns: name, status, last_indexed_at, chunks, sources (count), source_names, chunks_without_vector.
 SELECT b.name,
        CASE WHEN live.indexing THEN 'indexing'
             WHEN b.status = 'indexing' THEN CASE WHEN missing.n > 0 THEN 'waiting' ELSE 'ready' END
@@ -11,6 +11,8 @@ SELECT b.name,
        b.last_indexed_at,
        coalesce(t.chunk_count, 0) AS chunks,
        (SELECT count(*) FROM sources AS s WHERE s.base_id = b.base_id) AS sources,
+       (SELECT coalesce(array_agg(s.name ORDER BY s.name), '{}') FROM sources AS s
+         WHERE s.base_id = b.base_id) AS source_names,
        coalesce(missing.n, 0) AS chunks_without_vector
 FROM bases AS b
 LEFT JOIN bm25_totals AS t ON t.base_id = b.base_id
