@@ -146,13 +146,23 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
         assert [r.citation.document for r in hits] == [f"doc{i:02d}.txt"]
 
 
+def copying(conn) -> bool:
+    """Whether a session of the indexer is inside a transaction that writes documents (a COPY)."""
+    return conn.execute(
+        "SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = %s AND backend_xid IS NOT NULL"
+        " AND query LIKE 'COPY %%'",
+        (APPLICATION,),
+    ).fetchone()[0]
+
+
 def test_sigkill_inside_a_batch_of_documents_loses_only_that_batch(metis, base_name, tmp_path):
     folder = write_corpus(tmp_path / "kb", corpus())
+    metis.create_base(base_name)
     watcher = psycopg.connect(metis.dsn, autocommit=True)
     proc = start_indexer(metis.dsn, base_name, folder, batch=100)
     try:
         started = time.monotonic()
-        while not writing(watcher):  # a transaction writing a batch of several documents
+        while not copying(watcher):  # the transaction writing a batch of several documents
             assert proc.poll() is None and time.monotonic() - started < 120, "the indexer never wrote"
             time.sleep(0.002)
     finally:
