@@ -30,6 +30,8 @@ from test_incremental import bm25_state, write_corpus
 #: When each kill comes: a random moment, or while a document's transaction is writing.
 KILLS = ("random", "random", "random", "writing")
 APPLICATION = "metis-crash-test"
+#: Enough that what is left after the kills takes longer than the longest random delay to index.
+DOCUMENTS = 60
 WORDS = ("harbour", "granite", "lantern", "meadow", "copper", "orchard", "glacier", "violet", "falcon", "ember")
 
 
@@ -39,10 +41,10 @@ def unique_word(i: int) -> str:
 
 
 def corpus() -> dict[str, str]:
-    """30 short documents of one chunk each; doc NN holds the word ``unique_word(NN)``."""
+    """DOCUMENTS short documents of one chunk each; doc NN holds the word ``unique_word(NN)``."""
     return {
         f"doc{i:02d}.txt": f"Record {i}: the {WORDS[i % 10]} survey lists {unique_word(i)} near the {WORDS[(i * 3) % 10]} road."
-        for i in range(30)
+        for i in range(DOCUMENTS)
     }
 
 
@@ -115,7 +117,7 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
         info = metis.base(base_name)
         assert (info.status, info.interrupted, info.chunks_without_vector) == ("ready", True, 0)
         state = bm25_state(metis, base_name)
-        assert state["documents"] == state["chunks"] == state["embeddings"] < 30
+        assert state["documents"] == state["chunks"] == state["embeddings"] < DOCUMENTS
         assert state["documents"] >= target
         runs.append({"kill": kill, "when": when, "documents_seen": target, "then_s": round(delay_s, 2),
                      "in_write": in_write, "documents_committed": state["documents"]})
@@ -129,7 +131,7 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
     assert proc.returncode == 0, err
     report = json.loads(out)
     assert (report["new"], report["unchanged"], report["failed"], report["status"]) == (
-        30 - committed, committed, [], "ready")
+        DOCUMENTS - committed, committed, [], "ready")
     runs.append({"final": True, "new": report["new"], "unchanged": report["unchanged"]})
     print("SIGKILL runs:", runs)
 
@@ -140,7 +142,7 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
     finally:
         metis.drop_base(clean)
     info = metis.base(base_name)
-    assert (info.status, info.interrupted, info.documents, info.chunks) == ("ready", False, 30, 30)
+    assert (info.status, info.interrupted, info.documents, info.chunks) == ("ready", False, DOCUMENTS, DOCUMENTS)
     for i in (0, 17, 29):
         hits = metis.search(base_name, unique_word(i), mode="keyword").results
         assert [r.citation.document for r in hits] == [f"doc{i:02d}.txt"]
@@ -171,13 +173,13 @@ def test_sigkill_inside_a_batch_of_documents_loses_only_that_batch(metis, base_n
         watcher.close()
     wait_for(lambda: metis.base(base_name).status != "indexing", 30, "the killed indexer's lock to go")
     state = bm25_state(metis, base_name)  # consistent: statistics equal a recount of the postings
-    assert state["documents"] == state["chunks"] == state["embeddings"] < 30
+    assert state["documents"] == state["chunks"] == state["embeddings"] < DOCUMENTS
 
     proc = start_indexer(metis.dsn, base_name, folder, batch=100)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     report = json.loads(out)
-    assert (report["new"], report["unchanged"]) == (30 - state["documents"], state["documents"])
+    assert (report["new"], report["unchanged"]) == (DOCUMENTS - state["documents"], state["documents"])
     clean = base_name + "-clean"
     try:
         metis.index(clean, folder)
