@@ -50,13 +50,25 @@ dense AS MATERIALIZED (
            row_number() OVER (ORDER BY nearest.distance, nearest.chunk_id) AS rank,
            clock_timestamp() AS done_at
     FROM (
-        SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
-        FROM embeddings AS e
-        WHERE %(query_embedding)s::halfvec IS NOT NULL
-          AND e.base_id = ANY(%(base_ids)s::int[])
-          AND e.model = %(model)s::text
-          AND (%(unfiltered)s::boolean OR e.document_id IN (SELECT document_id FROM allowed_documents))
-        ORDER BY distance, e.chunk_id
+        SELECT scanned.chunk_id, scanned.distance
+        FROM (
+            -- Without a filter: every vector of the bases (a parallel sequential scan).
+            SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
+            FROM embeddings AS e
+            WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
+              AND e.base_id = ANY(%(base_ids)s::int[])
+              AND e.model = %(model)s::text
+            UNION ALL
+            -- With a filter: the allowed documents' vectors only. A separate branch, so that the
+            -- IN becomes a semi-join the planner may run on ix_embeddings_document.
+            SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
+            FROM embeddings AS e
+            WHERE %(query_embedding)s::halfvec IS NOT NULL AND NOT %(unfiltered)s::boolean
+              AND e.base_id = ANY(%(base_ids)s::int[])
+              AND e.model = %(model)s::text
+              AND e.document_id IN (SELECT document_id FROM allowed_documents)
+        ) AS scanned
+        ORDER BY scanned.distance, scanned.chunk_id
         LIMIT %(leg_limit)s
     ) AS nearest
 ),
