@@ -69,6 +69,25 @@ def connect(dsn: str | None = None, *, upgrade: bool = True, settings: Settings 
     return Metis(resolved)
 
 
+def check_request(names: Sequence[str], question: str, top_k: int, mode: str = "hybrid") -> None:
+    """Check what a search or a compare is asked, in the order a caller reads the errors.
+
+    Raises:
+        InvalidInput: no base, an unknown mode, top_k not an integer from 1 to MAX_TOP_K,
+            an empty question or one over MAX_QUESTION_CHARS characters.
+    """
+    if not names:
+        raise InvalidInput("give at least one base")
+    if mode not in MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, not {top_k!r}")
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidInput("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InvalidInput(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
+
+
 def rerank_candidates(top_k: int) -> int:
     """Fused candidates a reranker reads: 3 x top_k, at least 20, at most 50 (SPEC F8)."""
     return min(50, max(20, 3 * top_k))
@@ -419,16 +438,7 @@ class Metis:
         one that answers from questions embedded beforehand)."""
         started = time.perf_counter()
         names = [bases] if isinstance(bases, str) else list(dict.fromkeys(bases))
-        if not names:
-            raise InvalidInput("give at least one base")
-        if mode not in MODES:
-            raise InvalidInput(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
-            raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, not {top_k!r}")
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidInput("the question is empty")
-        if len(question) > MAX_QUESTION_CHARS:
-            raise InvalidInput(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
+        check_request(names, question, top_k, mode)
         if not isinstance(filters, retrieval.Filters):
             filters = retrieval.Filters.from_mapping(filters)
 

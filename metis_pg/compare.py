@@ -148,19 +148,6 @@ def why(dense_rank: int | None, keyword_rank: int | None, top_k: int, rerank: fl
     return agreement, text
 
 
-def _check(names: Sequence[str], question: str, top_k: int) -> None:
-    from .api import MAX_QUESTION_CHARS, MAX_TOP_K
-
-    if not names:
-        raise InvalidInput("give at least one base")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, not {top_k!r}")
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidInput("the question is empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InvalidInput(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
-
-
 def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k: int = 10,
             rerank: bool | None = None, filters: dict[str, Any] | retrieval.Filters | None = None) -> CompareResult:
     """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
@@ -170,8 +157,10 @@ def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k:
         BaseNotFound: a base does not exist.
     """
     started = time.perf_counter()
+    from .api import check_request
+
     names = [bases] if isinstance(bases, str) else list(dict.fromkeys(bases))
-    _check(names, question, top_k)
+    check_request(names, question, top_k)
     if not isinstance(filters, retrieval.Filters):
         filters = retrieval.Filters.from_mapping(filters)
     with metis.pool.connection() as conn:
