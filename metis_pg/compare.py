@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from . import retrieval, storage
 from .chunking import embedding_text
 from .config import BaseSpec
-from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
+from .errors import EmbeddingModelUnavailable, RerankerUnavailable
 from .results import Citation, SearchResponse, SearchWarning
 from .snippets import snippet
 from .tokenizer import query_terms, terms
