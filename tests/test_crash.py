@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psycopg
 
-from test_incremental import bm25_state, write_corpus
+from corpus import write_corpus
+from test_incremental import bm25_state
 
 #: When each kill comes: a random moment, or while a document's transaction is writing.
 KILLS = ("random", "random", "random", "writing")

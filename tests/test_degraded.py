@@ -9,12 +9,12 @@ dimension). Timeouts are 0.5 s, so a failing search ends within 1.5 s.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 import metis_pg
 from cli_runner import run_cli
+from corpus import write_corpus
 from model_servers import FAILURES, EosServer, FakeService, embedding_service, free_port
 
 TIMEOUT_S = 0.5
@@ -38,13 +38,6 @@ FAILURE_SAYS = {
     "malformed": "answered something that is not JSON",
     "wrong_dim": "the base expects 384 dimensions, not 8",
 }
-
-
-def write_corpus(folder: Path, files: dict[str, str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
 
 
 def vectors_per_chunk(metis: metis_pg.Metis, base: str) -> dict[int, int]:

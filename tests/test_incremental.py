@@ -15,6 +15,7 @@ from metis_pg.chunking import embedding_text
 from metis_pg.cli import app
 
 import hash_embedder
+from corpus import write_corpus
 
 CORPUS = {
     "alpha.txt": "The alpha report mentions the zebrafish experiment in the west lab.",
@@ -26,13 +27,6 @@ CORPUS = {
     ),
     "keep.txt": "Keep this document as it is: the lighthouse is painted white.",
 }
-
-
-def write_corpus(folder: Path, files: dict[str, str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return folder
 
 
 class EmbedderSpy:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from metis_pg.cli import app
 
 import hash_embedder
-from test_incremental import write_corpus
+from corpus import write_corpus
 
 HANDBOOK = {  # "lighthouse" in 1 chunk of 3
     "keeper.txt": "The lighthouse keeper logs the weather every morning.",

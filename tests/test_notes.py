@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 import metis_pg
 from metis_pg.cli import app
 
-from test_incremental import bm25_state, write_corpus
+from corpus import write_corpus
+from test_incremental import bm25_state
 
 
 @pytest.fixture()

@@ -15,6 +15,8 @@ from metis_pg import retrieval, sqlfiles, storage
 from metis_pg.chunking import Chunk, embedding_text
 from metis_pg.tokenizer import query_terms, terms
 
+from corpus import write_corpus
+
 CORPUS = {
     "router.txt": "Reset the router using the red button for ten seconds.",
     "gateway.txt": "How to restore factory defaults on your network gateway.",
@@ -23,15 +25,6 @@ CORPUS = {
     "orders.txt": "Purchase order PO-2231 was approved on Monday. Purchase orders need two signatures.",
     "pool.md": "# Database\n\nSet db.max_pool_size to 20 when the router reports timeouts.\n",
 }
-
-
-def write_corpus(folder: Path, files: dict[str, str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return folder
 
 
 @pytest.fixture()
@@ -252,7 +245,6 @@ def test_folder_without_readable_documents_warns(metis, base_name, tmp_path):
     answer = metis.search(base_name, "anything", mode="keyword")
     assert [w.code for w in answer.warnings] == ["NO_READABLE_DOCUMENT"]
     assert "the sources hold no document it reads" in answer.warnings[0].message
-
 
 
 @pytest.fixture(scope="module")

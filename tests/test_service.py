@@ -28,6 +28,8 @@ import metis_pg
 from metis_pg import service
 from metis_pg.errors import ConfigError
 
+from corpus import write_corpus
+
 #: The ``metis`` console script next to this interpreter (``pip install -e .``).
 METIS = Path(sys.executable).with_name("metis")
 TOKEN = "test-token-" + "7" * 24
@@ -57,21 +59,13 @@ INJECTIONS = [
 TABLES = ("bases", "sources", "documents", "chunks", "embeddings", "postings", "bm25_terms", "bm25_totals", "facts")
 
 
-def write_files(folder: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return folder
-
-
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A source root holding one folder ``kb`` (the corpus) and, beside the root, a folder it must not read."""
     top = tmp_path_factory.mktemp("service")
     root = top / "root"
-    write_files(root / "kb", CORPUS)
-    write_files(top / "outside", {"secret.txt": "The secret launch code is 0000."})
+    write_corpus(root / "kb", CORPUS)
+    write_corpus(top / "outside", {"secret.txt": "The secret launch code is 0000."})
     return root
 
 
@@ -190,7 +184,7 @@ def test_create_base_refuses_api_key_settings_over_http(client, base_name):
 
 
 def test_index_job_reads_a_folder_under_a_source_root_and_reports_progress(client, base_name, roots):
-    write_files(roots / base_name, {"note.md": "# Kiosk\n\nThe kiosk code is QX-7781.\n", "b.txt": "Plain words."})
+    write_corpus(roots / base_name, {"note.md": "# Kiosk\n\nThe kiosk code is QX-7781.\n", "b.txt": "Plain words."})
     started = client.post(f"/bases/{base_name}/index", json={"paths": [base_name]})
     assert started.status_code == 202, started.text
     assert started.headers["location"] == f"/jobs/{started.json()['id']}"
@@ -245,7 +239,6 @@ def test_openapi_schema_and_docs_page_are_served(url):
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     docs = httpx.get(f"{url}/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
-
 
 
 def test_notes_are_added_listed_searched_and_deleted(client, base_name):
@@ -444,7 +437,6 @@ def test_without_tokens_on_loopback_no_token_is_asked(metis, indexed_base):
     with service.running(app) as url:
         response = httpx.post(f"{url}/search", json={"bases": indexed_base, "question": "router", "mode": "keyword"})
     assert response.status_code == 200
-
 
 
 def test_docs_list_every_route_setting_and_error_code(metis):

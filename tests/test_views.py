@@ -21,6 +21,8 @@ from psycopg import sql
 import metis_pg
 from metis_pg import migrate, service, sqlfiles
 
+from corpus import write_corpus
+
 VIEWS = {
     "chunk_citations": ["base", "source", "document", "title", "kind", "headings", "page", "line", "text",
                         "chunk_id", "ordinal"],
@@ -33,14 +35,6 @@ CORPUS = {
     "orders.txt": "Purchase order PO-2231 was approved on Monday.",
     "guide/leave.md": "# Handbook\n\n## Vacation\n\nStaff get 25 days of paid vacation.\n",
 }
-
-
-def write_corpus(folder: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")
