@@ -45,12 +45,13 @@ class FakeService:
     ``respond`` returns ``(status, payload)`` (payload: bytes sent as they are,
     or anything JSON-able) or :data:`HANG`. It may be replaced at any time
     (``service.respond = ...``). Every request is recorded in ``requests`` as
-    ``(path, body)``. ``port`` binds a chosen port (default: a free one).
+    ``(path, headers, body)``, header names in lower case. ``port`` binds a
+    chosen port (default: a free one).
     """
 
     def __init__(self, respond: Respond, *, port: int = 0) -> None:
         self.respond = respond
-        self.requests: list[tuple[str, Any]] = []
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.release = threading.Event()
         self.connections: set[socket.socket] = set()
         service = self
@@ -72,7 +73,7 @@ class FakeService:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = json.loads(raw) if raw else None
-                service.requests.append((self.path, body))
+                service.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 answer = service.respond(self.path, body)
                 if answer is HANG:
                     service.release.wait(10)
@@ -101,7 +102,7 @@ class FakeService:
 
     def bodies(self, path: str) -> list[Any]:
         """Return the bodies received at `path`, oldest first."""
-        return [body for p, body in self.requests if p == path]
+        return [body for p, _, body in self.requests if p == path]
 
     def close(self) -> None:
         """Stop as a dead server would: open connections are cut, new ones refused."""

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import httpx
@@ -36,60 +33,10 @@ from metis_pg.models import (
 )
 from metis_pg.models._http import endpoint_url
 
-HANG = object()  # a handler's answer meaning: accept the request, never answer
+from model_servers import HANG, FakeService, free_port
 
 
-# -- a tiny real HTTP server -------------------------------------------------
-class FakeService:
-    """A real HTTP server on 127.0.0.1 answering with ``respond(path, body) -> (status, payload)``.
-
-    ``payload`` is bytes (sent as is) or anything JSON-able; ``HANG`` never answers.
-    Every request is recorded in ``requests`` as ``(path, headers, body)``.
-    """
-
-    def __init__(self, respond: Callable[[str, Any], Any]) -> None:
-        self.requests: list[tuple[str, dict[str, str], Any]] = []
-        self.release = threading.Event()
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = json.loads(raw) if raw else None
-                service.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                answer = respond(self.path, body)
-                if answer is HANG:
-                    service.release.wait(10)
-                    return
-                status, payload = answer
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
+# -- real HTTP servers (tests/model_servers.py), closed after each test ------
 @pytest.fixture
 def serve():
     """Start FakeServices for one test; all are closed after it."""
@@ -108,10 +55,7 @@ def serve():
 @pytest.fixture
 def closed_port_url() -> str:
     """URL of a port on 127.0.0.1 where nothing listens (connections are refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def unit(i: int, dim: int = 4) -> list[float]:
