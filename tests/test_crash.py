@@ -59,6 +59,24 @@ def start_indexer(dsn: str, base: str, folder: Path, batch: int = 1) -> subproce
     )
 
 
+def index_to_the_end(dsn: str, base: str, folder: Path, batch: int = 1) -> dict:
+    """Run `metis index` to its end, not killed; return its JSON report."""
+    proc = start_indexer(dsn, base, folder, batch)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def assert_same_as_a_clean_index(metis, base: str, folder: Path) -> None:
+    """The base holds exactly what indexing `folder` into a new base gives (BM25 statistics recounted)."""
+    clean = base + "-clean"
+    try:
+        metis.index(clean, folder)
+        assert bm25_state(metis, base) == bm25_state(metis, clean)
+    finally:
+        metis.drop_base(clean)
+
+
 def writing(conn) -> bool:
     """Whether a session of the indexer is in a transaction that has written (has a transaction id)."""
     return conn.execute(
@@ -127,21 +145,13 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
         assert [r.citation.document for r in hits] == ["doc00.txt"]
     watcher.close()
 
-    proc = start_indexer(metis.dsn, base_name, folder)
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    report = json.loads(out)
+    report = index_to_the_end(metis.dsn, base_name, folder)
     assert (report["new"], report["unchanged"], report["failed"], report["status"]) == (
         DOCUMENTS - committed, committed, [], "ready")
     runs.append({"final": True, "new": report["new"], "unchanged": report["unchanged"]})
     print("SIGKILL runs:", runs)
 
-    clean = base_name + "-clean"
-    try:
-        metis.index(clean, folder)
-        assert bm25_state(metis, base_name) == bm25_state(metis, clean)
-    finally:
-        metis.drop_base(clean)
+    assert_same_as_a_clean_index(metis, base_name, folder)
     info = metis.base(base_name)
     assert (info.status, info.interrupted, info.documents, info.chunks) == ("ready", False, DOCUMENTS, DOCUMENTS)
     for i in (0, 17, 29):
@@ -176,14 +186,6 @@ def test_sigkill_inside_a_batch_of_documents_loses_only_that_batch(metis, base_n
     state = bm25_state(metis, base_name)  # consistent: statistics equal a recount of the postings
     assert state["documents"] == state["chunks"] == state["embeddings"] < DOCUMENTS
 
-    proc = start_indexer(metis.dsn, base_name, folder, batch=100)
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    report = json.loads(out)
+    report = index_to_the_end(metis.dsn, base_name, folder, batch=100)
     assert (report["new"], report["unchanged"]) == (DOCUMENTS - state["documents"], state["documents"])
-    clean = base_name + "-clean"
-    try:
-        metis.index(clean, folder)
-        assert bm25_state(metis, base_name) == bm25_state(metis, clean)
-    finally:
-        metis.drop_base(clean)
+    assert_same_as_a_clean_index(metis, base_name, folder)
