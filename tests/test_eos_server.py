@@ -8,20 +8,18 @@ on a small machine.
 from __future__ import annotations
 
 import inspect
-import socket
-import threading
-import time
 from typing import Any, Iterator
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from metis_pg import eos_server
 from metis_pg.config import BaseSpec
-from metis_pg.eos_server import MAX_INPUTS, RERANK_MODEL, create_app
+from metis_pg.eos_server import MAX_INPUTS, RERANK_MODEL
 from metis_pg.models import LocalE5Embedder, RemoteEmbedder, RemoteReranker
+
+from model_servers import EosServer
 
 QUESTION = "how many vacation days do employees get"
 DOCS = [
@@ -34,22 +32,9 @@ DOCS = [
 @pytest.fixture(scope="module")
 def eos_url() -> Iterator[str]:
     """An Eos server with the bundled model on a free port of 127.0.0.1, for this module."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline, "the Eos server did not start within 15 s"
-        assert thread.is_alive(), "the Eos server thread died while starting"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+    server = EosServer()
+    yield server.url
+    server.close()
 
 
 @pytest.fixture(scope="module")
