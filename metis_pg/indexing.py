@@ -238,7 +238,7 @@ def index_paths(
                     run.deleted += 1
 
     with pool.connection() as conn:
-        missing = len(storage.chunks_without_vector(conn, base.base_id, spec.fingerprint, 1_000_000))
+        missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
         status = "waiting" if missing else "ready"
         storage.set_status(conn, base.base_id, status, indexed=True)
     if run.read == 0 and not run.failed and total == 0:
@@ -375,7 +375,7 @@ def reembed(
     old_model = BaseSpec.from_json(base.spec).fingerprint
     model = new_spec.fingerprint
     with pool.connection() as conn:
-        todo = len(storage.chunks_without_vector(conn, base.base_id, model, 10_000_000))
+        todo = storage.count_chunks_without_vector(conn, base.base_id, model)
     done = 0
     for attempt in range(1, _SWITCH_ATTEMPTS + 1):
         while True:

@@ -50,6 +50,7 @@ __all__ = [
     "write_documents",
     "delete_document",
     "chunks_without_vector",
+    "count_chunks_without_vector",
     "write_vectors",
     "indexer_session",
     "new_document_id",
@@ -447,6 +448,11 @@ def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, li
     return conn.execute(
         sqlfiles.load("storage/chunks_without_vector"), {"base_id": base_id, "model": model, "limit": limit}
     ).fetchall()
+
+
+def count_chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str) -> int:
+    """Return how many chunks of the base have no vector of `model` (SQL function of migration 0007)."""
+    return conn.execute("SELECT chunks_without_vector(%s, %s)", (base_id, model)).fetchone()[0]
 
 
 def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequence[tuple[int, int, Any]]) -> None:

@@ -13,17 +13,15 @@ SELECT b.name,
        (SELECT count(*) FROM sources AS s WHERE s.base_id = b.base_id) AS sources,
        (SELECT coalesce(array_agg(s.name ORDER BY s.name), '{}') FROM sources AS s
          WHERE s.base_id = b.base_id) AS source_names,
-       coalesce(missing.n, 0) AS chunks_without_vector
+       missing.n AS chunks_without_vector
 FROM bases AS b
 LEFT JOIN bm25_totals AS t ON t.base_id = b.base_id
 CROSS JOIN LATERAL (SELECT base_is_indexing(b.base_id, %(lock_space)s::int) AS indexing) AS live
-LEFT JOIN LATERAL (
-    SELECT count(*) AS n
-    FROM chunks AS c
-    WHERE b.status IN ('waiting', 'indexing') AND NOT live.indexing
-      AND c.base_id = b.base_id
-      AND NOT EXISTS (SELECT 1 FROM embeddings AS e
-                      WHERE e.chunk_id = c.chunk_id
-                        AND e.model = (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
-) AS missing ON true
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN b.status IN ('waiting', 'indexing') AND NOT live.indexing
+                THEN chunks_without_vector(b.base_id,
+                                           (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
+                ELSE 0
+           END AS n
+) AS missing
 WHERE b.base_id = ANY(%(base_ids)s::int[])

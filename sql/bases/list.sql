@@ -19,12 +19,8 @@ CROSS JOIN LATERAL (SELECT base_is_indexing(b.base_id, %(lock_space)s::int) AS i
 CROSS JOIN LATERAL (
     SELECT (SELECT count(*) FROM documents AS d WHERE d.base_id = b.base_id) AS documents,
            (SELECT count(*) FROM chunks AS c WHERE c.base_id = b.base_id) AS chunks,
-           (SELECT count(*) FROM chunks AS c
-             WHERE c.base_id = b.base_id
-               AND NOT EXISTS (SELECT 1 FROM embeddings AS e
-                               WHERE e.chunk_id = c.chunk_id
-                                 AND e.model = (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
-           ) AS chunks_without_vector
+           chunks_without_vector(b.base_id, (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
+             AS chunks_without_vector
 ) AS h
 WHERE %(name)s::text IS NULL OR b.name = %(name)s::text
 ORDER BY b.name
