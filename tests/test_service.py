@@ -523,3 +523,18 @@ def test_bounded_load_keyword_and_hybrid_has_no_errors(url, indexed_base):
     assert len(keyword) == 50 and len(hybrid) == 20
     assert statistics.median(keyword) > 0 and statistics.median(hybrid) > 0
 
+
+
+# -- the package's layout ------------------------------------------------------------
+
+
+def test_metis_pg_service_keeps_its_public_names_and_each_concern_has_its_module():
+    # cli.py, the tests and benchmarks import these from metis_pg.service; the package split must not break them.
+    for name in service.__all__:
+        assert getattr(service, name) is not None, name
+    from metis_pg.service import app, errors, gate, jobs, schemas, server, settings, sources
+
+    assert service.create_app is app.create_app and service.serve is server.serve
+    assert service.error_response is errors.error_response and service.Jobs is jobs.Jobs
+    assert service.resolve_source_path is sources.resolve_source_path and service.SETTINGS is settings.SETTINGS
+    assert hasattr(gate, "Gate") and hasattr(schemas, "SearchIn")

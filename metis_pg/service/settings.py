@@ -1,0 +1,114 @@
+"""The service's settings: tokens, source roots, body limit; parsing and the bind check.
+
+Every setting of ``metis serve`` is listed in :data:`SETTINGS` (documented in
+docs/http.md, checked by a test). Arguments of :func:`~metis_pg.service.create_app`
+and :func:`~metis_pg.service.serve` win over the environment.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "MIN_TOKEN_CHARS",
+    "SETTINGS",
+    "parse_tokens",
+    "parse_source_roots",
+    "parse_max_body_bytes",
+    "is_loopback",
+    "check_bind",
+]
+
+#: Largest request body in bytes (``METIS_MAX_BODY_BYTES``); more is HTTP 413.
+DEFAULT_MAX_BODY_BYTES = 1_000_000
+#: Shortest bearer token accepted in ``METIS_API_TOKENS``.
+MIN_TOKEN_CHARS = 16
+
+#: (environment variable, default, help): every setting of the service, documented in docs/http.md.
+SETTINGS: tuple[tuple[str, str, str], ...] = (
+    ("METIS_API_TOKENS", "", "bearer tokens, comma-separated, 16+ characters each; none: loopback only"),
+    ("METIS_SOURCE_ROOTS", "", "folders indexing through HTTP may read, colon-separated; none: indexing refused"),
+    ("METIS_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest request body in bytes; more is HTTP 413"),
+)
+
+
+def parse_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Return the bearer tokens of `value` (comma-separated text or a list), blanks dropped.
+
+    Raises:
+        ConfigError: a token shorter than :data:`MIN_TOKEN_CHARS` characters.
+    """
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tokens = tuple(t.strip() for t in items if t and t.strip())
+    short = [t for t in tokens if len(t) < MIN_TOKEN_CHARS]
+    if short:
+        raise ConfigError(
+            f"a token of METIS_API_TOKENS has {len(short[0])} characters; use at least {MIN_TOKEN_CHARS} "
+            "(for example: openssl rand -hex 24)"
+        )
+    return tokens
+
+
+def parse_source_roots(value: str | Sequence[str | os.PathLike] | None) -> tuple[Path, ...]:
+    """Return the source roots of `value` (colon-separated text or a list), resolved (symlinks followed).
+
+    Raises:
+        ConfigError: a root that is not an existing folder.
+    """
+    if value is None:
+        return ()
+    items = value.split(":") if isinstance(value, str) else list(value)
+    roots = []
+    for item in items:
+        if not str(item).strip():
+            continue
+        root = Path(os.path.realpath(Path(item).expanduser()))
+        if not root.is_dir():
+            raise ConfigError(f"source root {str(item)!r} of METIS_SOURCE_ROOTS is not a folder")
+        roots.append(root)
+    return tuple(dict.fromkeys(roots))
+
+
+def parse_max_body_bytes(value: int | None) -> int:
+    """Return `value`, or ``METIS_MAX_BODY_BYTES`` when None (default :data:`DEFAULT_MAX_BODY_BYTES`), in bytes.
+
+    Raises:
+        ConfigError: not a positive whole number of bytes.
+    """
+    if value is not None:
+        return value
+    raw = os.environ.get("METIS_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"METIS_MAX_BODY_BYTES must be a positive number of bytes, not {raw!r}")
+    return int(raw)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, tokens: Sequence[str]) -> None:
+    """Refuse to serve beyond loopback without a token.
+
+    Raises:
+        ConfigError: `host` is not a loopback address and no token is configured.
+    """
+    if not tokens and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host!r} without a token: anyone who reaches it could read and drop "
+            "every base. Set METIS_API_TOKENS (comma-separated, 16+ characters each) or bind 127.0.0.1"
+        )
