@@ -179,6 +179,17 @@ class Settings:
 
     database_url: str | None = None
     home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
+    # -- metis serve (the HTTP service; docs/http.md): env METIS_<NAME_UPPER> ------------------------
+    #: searches and compares computed at once; more are answered 503 OVERLOADED with Retry-After at once
+    max_inflight_searches: int = field(default_factory=lambda: 2 * (os.cpu_count() or 1))
+    #: seconds a client has to send a request's headers (from its first byte), and again its body; else 408
+    request_read_timeout_s: float = 10.0
+    #: seconds an idle keep-alive connection is kept open
+    keep_alive_timeout_s: float = 5.0
+    #: open connections at most; a connection beyond is answered 503 and closed
+    max_connections: int = 512
+    #: host or host:port, comma-separated: model URLs a base created over HTTP may name (none: no URL)
+    model_url_allow_hosts: str = ""
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -187,9 +198,44 @@ class Settings:
         return cls(
             database_url=os.environ.get("METIS_DATABASE_URL") or None,
             home=Path(home) if home else Path(f"/var/tmp/metis-{os.getuid()}"),
+            **_service_settings_from_env(cls),
         )
 
     @property
     def pgdata(self) -> Path:
         """The embedded server's data folder."""
         return self.home / "pgdata"
+
+
+def _service_settings_from_env(cls: type) -> dict[str, Any]:
+    """Read the ``metis serve`` settings of `cls` that are set (``METIS_<NAME_UPPER>``), typed and positive.
+
+    Raises:
+        ConfigError: a number that is not a positive number.
+    """
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in _SERVICE_SETTINGS or f"METIS_{f.name.upper()}" not in os.environ:
+            continue
+        raw = os.environ[f"METIS_{f.name.upper()}"].strip()
+        kind = _SERVICE_SETTINGS[f.name]
+        if kind is str:
+            values[f.name] = raw
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise ConfigError(f"METIS_{f.name.upper()} must be a positive {kind.__name__}, not {raw!r}")
+        values[f.name] = value
+    return values
+
+
+_SERVICE_SETTINGS: dict[str, type] = {
+    "max_inflight_searches": int,
+    "request_read_timeout_s": float,
+    "keep_alive_timeout_s": float,
+    "max_connections": int,
+    "model_url_allow_hosts": str,
+}

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
@@ -29,6 +29,7 @@ from metis_pg import service
 from metis_pg.errors import ConfigError
 
 from corpus import write_corpus
+from model_servers import FakeService, openai_embeddings
 
 #: The ``metis`` console script next to this interpreter (``pip install -e .``).
 METIS = Path(sys.executable).with_name("metis")
@@ -80,7 +81,8 @@ def indexed_base(metis: metis_pg.Metis, roots: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def url(metis: metis_pg.Metis, roots: Path) -> Iterator[str]:
-    app = service.create_app(metis, tokens=[TOKEN, OTHER_TOKEN], source_roots=[roots])
+    # More searches at once than the bounded-load test sends: the bound itself has its own test.
+    app = service.create_app(metis, tokens=[TOKEN, OTHER_TOKEN], source_roots=[roots], max_inflight_searches=16)
     with service.running(app) as base_url:
         yield base_url
 
@@ -370,6 +372,7 @@ def test_dense_search_without_its_embedding_model_is_503(client, metis, base_nam
     metis.create_base(base_name, embedding_url=f"http://127.0.0.1:{closed_port()}", model_timeout_s=2)
     response = client.post("/search", json={"bases": base_name, "question": "router", "mode": "dense"})
     assert_error(response, 503, "EMBEDDING_MODEL_UNAVAILABLE")
+    assert response.headers["retry-after"] == "5"
     hybrid = client.post("/search", json={"bases": base_name, "question": "router"})
     assert hybrid.status_code == 200
     assert "KEYWORD_ONLY" in [w["code"] for w in hybrid.json()["warnings"]]
@@ -482,7 +485,10 @@ def test_metis_serve_command_serves_healthz_and_search(dsn, indexed_base):
         assert answer.status_code == 200 and answer.json()["results"][0]["citation"]["document"] == "orders.txt"
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        output, _ = proc.communicate(timeout=30)
+    # The INFO line per search (docs/http.md) is printed, without the question.
+    assert f"search bases={indexed_base} mode=keyword top_k=10 results=" in output, output
+    assert '"POST /search HTTP/1.1" 200' in output and "PO-2231" not in output
 
 
 # -- bounded load ------------------------------------------------------------------
@@ -538,3 +544,135 @@ def test_metis_pg_service_keeps_its_public_names_and_each_concern_has_its_module
     assert service.error_response is errors.error_response and service.Jobs is jobs.Jobs
     assert service.resolve_source_path is sources.resolve_source_path and service.SETTINGS is settings.SETTINGS
     assert hasattr(gate, "Gate") and hasattr(schemas, "SearchIn")
+
+
+# -- overload and slow clients ---------------------------------------------------------
+
+
+def raw_request(url: str, data: bytes, *, dribble: bytes = b"", every_s: float = 0.3,
+                give_up_s: float = 20) -> tuple[bytes, float]:
+    """Send `data` on a raw connection, then `dribble` one byte every `every_s`; return what came back and when.
+
+    Reads until the server closes the connection or `give_up_s` pass (then the answer is what came so far).
+    """
+    host, port = url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=give_up_s) as sock:
+        sock.sendall(data)
+        sock.settimeout(every_s if dribble else give_up_s)
+        pending = list(dribble)
+        while time.monotonic() - started < give_up_s:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                if pending:
+                    try:
+                        sock.sendall(bytes([pending.pop(0)]))
+                    except OSError:
+                        break
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    return received, time.monotonic() - started
+
+
+@pytest.fixture()
+def held_embeddings() -> Iterator[tuple[FakeService, threading.Event, list[int]]]:
+    """An embedding service that answers only once released; it records the most requests it held at once."""
+    release = threading.Event()
+    lock = threading.Lock()
+    state = {"now": 0}
+    peak = [0]
+
+    def respond(path: str, body: Any) -> tuple[int, Any]:
+        with lock:
+            state["now"] += 1
+            peak[0] = max(peak[0], state["now"])
+        release.wait(20)
+        with lock:
+            state["now"] -= 1
+        return openai_embeddings(body, 384)
+
+    fake = FakeService(respond)
+    try:
+        yield fake, release, peak
+    finally:
+        release.set()
+        fake.close()
+
+
+def test_searches_beyond_the_in_flight_bound_are_503_with_retry_after_at_once(metis, base_name, held_embeddings):
+    fake, release, peak = held_embeddings
+    metis.create_base(base_name, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], max_inflight_searches=2)
+    with service.running(app) as url, ThreadPoolExecutor(8) as pool:
+        def search(i: int) -> httpx.Response:
+            path = "/compare" if i % 4 == 3 else "/search"
+            body = {"bases": base_name, "question": f"question {i}", **({"mode": "dense"} if path == "/search" else {})}
+            return httpx.post(f"{url}{path}", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+        futures = [pool.submit(search, i) for i in range(8)]
+        refused = []
+        try:
+            # Two searches are held by the model; the other six must be answered while those still wait.
+            for future in as_completed(futures, timeout=15):
+                refused.append(future.result())
+                if len(refused) == 6:
+                    break
+        finally:
+            release.set()
+        answers = [f.result(timeout=30) for f in futures]
+    for response in refused:
+        assert_error(response, 503, "OVERLOADED")
+        assert response.headers["retry-after"] == "1"
+    assert sorted(r.status_code for r in answers) == [200, 200] + [503] * 6
+    assert peak[0] <= 2
+
+
+def test_a_client_that_never_finishes_its_body_gets_408_and_is_dropped(metis):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], request_read_timeout_s=1)
+    with service.running(app) as url:
+        head = (f"POST /search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode()
+        answer, seconds = raw_request(url, head)
+        dribbled, dribble_seconds = raw_request(url, head, dribble=b'"bases": "kb", "question": "x"' * 4)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b'"REQUEST_TIMEOUT"' in answer and seconds < 10
+    # A byte now and then does not extend the deadline: it counts from the first byte of the body.
+    assert dribbled.startswith(b"HTTP/1.1 408 "), dribbled
+    assert dribble_seconds < 10
+
+
+def test_a_client_that_sends_its_headers_slowly_or_never_is_dropped(metis):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], request_read_timeout_s=1)
+    with service.running(app) as url:
+        silent, silent_seconds = raw_request(url, b"")
+        partial, partial_seconds = raw_request(url, b"POST /search HTTP/1.1\r\nHost: x\r\n")
+        slow, slow_seconds = raw_request(url, b"GET /healthz HTTP/1.1\r\n", dribble=b"X-Slow: " + b"a" * 60)
+        # The service still answers everyone else.
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    for answer, seconds in ((silent, silent_seconds), (partial, partial_seconds), (slow, slow_seconds)):
+        assert seconds < 10, (answer, seconds)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b'"REQUEST_TIMEOUT"' in partial and b'"REQUEST_TIMEOUT"' in slow
+
+
+def test_connections_beyond_max_connections_are_answered_503_and_closed(metis):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], max_connections=4)
+    with service.running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+        try:
+            time.sleep(0.3)
+            answer, seconds = raw_request(url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        finally:
+            for sock in held:
+                sock.close()
+        time.sleep(0.3)
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert b"retry-after: 1" in answer.lower() and b'"OVERLOADED"' in answer and seconds < 10

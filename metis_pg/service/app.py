@@ -44,6 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..api import Metis, connect
+from ..config import Settings
 from ..errors import (
     BaseNotFound,
     DatabaseUnavailable,
@@ -66,7 +67,7 @@ from .schemas import (
     SearchIn,
     SearchOut,
 )
-from .settings import parse_max_body_bytes, parse_source_roots, parse_tokens
+from .settings import Limits, parse_source_roots, parse_tokens
 from .sources import resolve_source_path
 
 __all__ = ["create_app"]
@@ -89,6 +90,11 @@ def create_app(
     tokens: str | Sequence[str] | None = None,
     source_roots: str | Sequence[str | os.PathLike] | None = None,
     max_body_bytes: int | None = None,
+    max_inflight_searches: int | None = None,
+    request_read_timeout_s: float | None = None,
+    keep_alive_timeout_s: float | None = None,
+    max_connections: int | None = None,
+    settings: Settings | None = None,
 ) -> FastAPI:
     """Return the metis HTTP app (SPEC F19) serving `metis`.
 
@@ -99,13 +105,23 @@ def create_app(
             (bind loopback only: :func:`serve` refuses anything else).
         source_roots: folders indexing may read; None reads ``METIS_SOURCE_ROOTS``.
         max_body_bytes: largest request body; None reads ``METIS_MAX_BODY_BYTES`` (default 1 MB).
+        max_inflight_searches, request_read_timeout_s, keep_alive_timeout_s, max_connections:
+            the :class:`~metis_pg.service.settings.Limits`; None takes `settings`' value. The
+            last three are kept by the server (:func:`serve`, :func:`running`), which reads
+            them from ``app.state.limits``.
+        settings: process settings (default :meth:`Settings.from_env`).
 
     Raises:
-        ConfigError: a token too short, a source root that is not a folder.
+        ConfigError: a token too short, a source root that is not a folder, a limit not positive.
     """
     token_list = parse_tokens(os.environ.get("METIS_API_TOKENS") if tokens is None else tokens)
     roots = parse_source_roots(os.environ.get("METIS_SOURCE_ROOTS") if source_roots is None else source_roots)
-    max_body_bytes = parse_max_body_bytes(max_body_bytes)
+    settings = settings or Settings.from_env()
+    limits = Limits.resolve(
+        settings, max_body_bytes=max_body_bytes, max_inflight_searches=max_inflight_searches,
+        request_read_timeout_s=request_read_timeout_s, keep_alive_timeout_s=keep_alive_timeout_s,
+        max_connections=max_connections,
+    )
     owned = metis is None
     db = metis if metis is not None else connect()
     jobs = Jobs(db)
@@ -123,8 +139,9 @@ def create_app(
     )
     app.state.metis = db
     app.state.jobs = jobs
+    app.state.limits = limits
     app.state.source_roots = roots
-    app.add_middleware(Gate, tokens=token_list, max_body_bytes=max_body_bytes)
+    app.add_middleware(Gate, tokens=token_list, limits=limits)
 
     @app.exception_handler(MetisError)
     async def _metis_error(request: Request, exc: MetisError) -> JSONResponse:

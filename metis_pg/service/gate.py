@@ -1,35 +1,55 @@
 """The gate: ASGI middleware in front of the app that refuses before anything is parsed.
 
-In order: bearer token (401 ``UNAUTHORIZED``), then body size (413
-``REQUEST_TOO_LARGE``). Both are decided before the app reads or parses
-anything: a token is checked from the headers; a body is refused at once when
-its ``Content-Length`` is too large, else read up to the limit (chunked bodies
-too) and replayed to the app.
+In order:
+
+1. bearer token (401 ``UNAUTHORIZED``), from the headers;
+2. body size (413 ``REQUEST_TOO_LARGE``): refused at once when its
+   ``Content-Length`` is too large, else read up to the limit (chunked bodies
+   too) and replayed to the app;
+3. body time (408 ``REQUEST_TIMEOUT``, connection closed): the whole body must
+   arrive within ``request_read_timeout_s`` of its first read, however it trickles;
+4. overload (503 ``OVERLOADED``, ``Retry-After: 1``): ``POST /search`` and
+   ``/compare`` beyond ``max_inflight_searches`` computed at once are refused
+   at once, never queued.
+
+Everything is decided before the app parses anything. The headers' own
+deadline is kept by the HTTP protocol (:mod:`metis_pg.service.server`), as the
+gate only runs once they are complete.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import InvalidInput, RequestTooLarge, Unauthorized
+from ..errors import InvalidInput, Overloaded, RequestTimeout, RequestTooLarge, Unauthorized
 from .errors import error_response
+from .settings import Limits
 
-__all__ = ["Gate", "OPEN_PATHS"]
+__all__ = ["Gate", "OPEN_PATHS", "BOUNDED_PATHS"]
 
 #: Paths that answer without a token: liveness and the API's own description.
 OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+#: Paths (POST) whose requests count against ``max_inflight_searches``.
+BOUNDED_PATHS = frozenset({"/search", "/compare"})
 
 
 class Gate:
-    """ASGI middleware: bearer token (401), then body size (413); see the module docstring."""
+    """ASGI middleware: token (401), body size (413), body time (408), overload (503); see the module docstring.
 
-    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], max_body_bytes: int) -> None:
+    Attributes:
+        inflight: bounded requests (:data:`BOUNDED_PATHS`) being computed now.
+    """
+
+    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits) -> None:
         self.app = app
         self.tokens = tuple(t.encode("utf-8") for t in tokens)
-        self.max_body_bytes = max_body_bytes
+        self.limits = limits
+        self.max_body_bytes = limits.max_body_bytes
+        self.inflight = 0  # only touched on the event loop: no lock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,8 +72,17 @@ class Gate:
             await self.app(scope, receive, send)
             return
         body = bytearray()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.request_read_timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                late = RequestTimeout(
+                    f"the request body did not arrive within {self.limits.request_read_timeout_s:g} s"
+                )
+                await error_response(late)(scope, receive, send)
+                return
             if message["type"] == "http.disconnect":
                 return
             body.extend(message.get("body", b""))
@@ -62,7 +91,22 @@ class Gate:
                 return
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(bytes(body), receive), send)
+        replay = _replay(bytes(body), receive)
+        if scope["method"] != "POST" or scope["path"] not in BOUNDED_PATHS:
+            await self.app(scope, replay, send)
+            return
+        if self.inflight >= self.limits.max_inflight_searches:
+            busy = Overloaded(
+                f"the service is computing {self.inflight} searches, its limit (METIS_MAX_INFLIGHT_SEARCHES): "
+                "retry in a second"
+            )
+            await error_response(busy)(scope, receive, send)
+            return
+        self.inflight += 1
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.inflight -= 1
 
     def _too_large(self, length: int | None) -> RequestTooLarge:
         size = f"{length} bytes" if length is not None else "more"

@@ -1,8 +1,9 @@
-"""The service's settings: tokens, source roots, body limit; parsing and the bind check.
+"""The service's settings: tokens, source roots, limits; parsing and the bind check.
 
 Every setting of ``metis serve`` is listed in :data:`SETTINGS` (documented in
 docs/http.md, checked by a test). Arguments of :func:`~metis_pg.service.create_app`
-and :func:`~metis_pg.service.serve` win over the environment.
+and :func:`~metis_pg.service.serve` win over the environment. The limits and the
+model URL allow-list are fields of :class:`metis_pg.config.Settings`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..config import Settings
 from ..errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "Limits",
     "MIN_TOKEN_CHARS",
     "SETTINGS",
     "parse_tokens",
@@ -35,7 +39,52 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("METIS_API_TOKENS", "", "bearer tokens, comma-separated, 16+ characters each; none: loopback only"),
     ("METIS_SOURCE_ROOTS", "", "folders indexing through HTTP may read, colon-separated; none: indexing refused"),
     ("METIS_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest request body in bytes; more is HTTP 413"),
+    ("METIS_MAX_INFLIGHT_SEARCHES", "2 x cores", "searches and compares computed at once; more: 503 OVERLOADED"),
+    ("METIS_REQUEST_READ_TIMEOUT_S", "10", "seconds to send a request's headers, and again its body; else 408"),
+    ("METIS_KEEP_ALIVE_TIMEOUT_S", "5", "seconds an idle keep-alive connection is kept open"),
+    ("METIS_MAX_CONNECTIONS", "512", "open connections at most; one more is answered 503 OVERLOADED and closed"),
+    ("METIS_MODEL_URL_ALLOW_HOSTS", "", "host[:port], comma-separated: model URLs a base created over HTTP may name"),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one client may cost the service; see :data:`SETTINGS`.
+
+    Attributes:
+        max_body_bytes: largest request body (bytes); more is 413.
+        max_inflight_searches: ``POST /search`` and ``/compare`` computed at once;
+            one more is answered 503 ``OVERLOADED`` with ``Retry-After`` at once.
+        request_read_timeout_s: seconds a client has to send a request's headers
+            (from the connection or the request's first byte), and again its body;
+            else 408 ``REQUEST_TIMEOUT`` and the connection is closed.
+        keep_alive_timeout_s: seconds an idle keep-alive connection stays open.
+        max_connections: open connections at most; one more is answered 503 and closed.
+    """
+
+    max_body_bytes: int
+    max_inflight_searches: int
+    request_read_timeout_s: float
+    keep_alive_timeout_s: float
+    max_connections: int
+
+    @classmethod
+    def resolve(cls, settings: Settings | None = None, **given: float | None) -> "Limits":
+        """Return the limits: each of `given` that is not None, else from `settings` (default: the environment).
+
+        Raises:
+            ConfigError: a limit that is not a positive number.
+        """
+        settings = settings or Settings.from_env()
+        values = {}
+        for f in fields(cls):
+            value = given.get(f.name)
+            if value is None:
+                value = parse_max_body_bytes(None) if f.name == "max_body_bytes" else getattr(settings, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{f.name} must be a positive number, not {value!r}")
+            values[f.name] = value
+        return cls(**values)
 
 
 def parse_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
