@@ -676,3 +676,48 @@ def test_connections_beyond_max_connections_are_answered_503_and_closed(metis):
         assert httpx.get(f"{url}/healthz").status_code == 200
     assert answer.startswith(b"HTTP/1.1 503 "), answer
     assert b"retry-after: 1" in answer.lower() and b'"OVERLOADED"' in answer and seconds < 10
+
+
+# -- model URLs given over HTTP (SSRF) ---------------------------------------------------
+
+
+def test_model_urls_given_over_http_must_be_on_the_operator_allow_list(metis, base_name):
+    # A service only the server can reach, whose answers must never come back to the caller.
+    inside = FakeService(lambda path, body: (500, {"admin": "db password hunter2"}))
+    try:
+        app = service.create_app(metis, tokens=[TOKEN], source_roots=[])  # default: no model URL over HTTP
+        with service.running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                                       timeout=30) as c:
+            for body in ({"embedding_url": inside.url}, {"reranker_model": "r", "reranker_url": inside.url}):
+                refused = c.post("/bases", json={"name": base_name, **body})
+                assert_error(refused, 400, "INVALID_REQUEST")
+                assert "METIS_MODEL_URL_ALLOW_HOSTS" in refused.json()["error"]["message"]
+                assert_error(c.get(f"/bases/{base_name}"), 404, "BASE_NOT_FOUND")
+        allowed = f"127.0.0.1:{inside.port}"
+        app = service.create_app(metis, tokens=[TOKEN], source_roots=[], model_url_allow_hosts=allowed)
+        with service.running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                                       timeout=30) as c:
+            for other in (f"http://127.0.0.1:{inside.port + 1}", f"http://localhost:{inside.port}",
+                          f"http://127.0.0.1:{inside.port}@169.254.169.254/latest", "http://169.254.169.254/",
+                          "file:///etc/passwd", f"gopher://127.0.0.1:{inside.port}/", "http://[::1]:80/"):
+                assert_error(c.post("/bases", json={"name": base_name, "embedding_url": other}), 400, "INVALID_REQUEST")
+            assert c.post("/bases", json={"name": base_name, "embedding_url": inside.url}).status_code == 201
+        assert inside.requests == []  # nothing refused was ever called
+    finally:
+        inside.close()
+
+
+def test_the_model_url_allow_list_parses_hosts_and_ports_and_refuses_urls():
+    from metis_pg.service.model_urls import check_model_url, parse_allow_hosts
+
+    allowed = parse_allow_hosts(" eos:8081, TEI ,[::1]:8081, 10.0.0.7 ,")
+    assert allowed == {("eos", 8081), ("tei", None), ("::1", 8081), ("10.0.0.7", None)}
+    for url in ("http://eos:8081/v1", "https://tei/", "http://tei:9999", "http://[::1]:8081", "http://10.0.0.7:1"):
+        check_model_url("embedding_url", url, allowed)
+    for url in ("http://eos:8082", "http://eos", "http://[::1]:8082", "http://10.0.0.8", "ftp://tei/", "http://:80"):
+        with pytest.raises(metis_pg.InvalidInput):
+            check_model_url("embedding_url", url, allowed)
+    for bad in ("http://eos:8081", "eos:port", "eos:0", "a/b", "user@eos", "[::1", "[::1]x"):
+        with pytest.raises(ConfigError, match="METIS_MODEL_URL_ALLOW_HOSTS"):
+            parse_allow_hosts(bad)
+    assert parse_allow_hosts("") == frozenset() and parse_allow_hosts(None) == frozenset()

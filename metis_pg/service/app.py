@@ -55,6 +55,7 @@ from ..errors import (
 from .errors import error_response, validation_message
 from .gate import Gate
 from .jobs import Jobs
+from .model_urls import check_model_url, parse_allow_hosts
 from .schemas import (
     ERRORS,
     CompareIn,
@@ -94,6 +95,7 @@ def create_app(
     request_read_timeout_s: float | None = None,
     keep_alive_timeout_s: float | None = None,
     max_connections: int | None = None,
+    model_url_allow_hosts: str | Sequence[str] | None = None,
     settings: Settings | None = None,
 ) -> FastAPI:
     """Return the metis HTTP app (SPEC F19) serving `metis`.
@@ -109,6 +111,9 @@ def create_app(
             the :class:`~metis_pg.service.settings.Limits`; None takes `settings`' value. The
             last three are kept by the server (:func:`serve`, :func:`running`), which reads
             them from ``app.state.limits``.
+        model_url_allow_hosts: ``host[:port]`` items whose model URLs ``POST /bases`` may
+            name (:mod:`~metis_pg.service.model_urls`); None takes `settings`' value
+            (``METIS_MODEL_URL_ALLOW_HOSTS``, default none).
         settings: process settings (default :meth:`Settings.from_env`).
 
     Raises:
@@ -121,6 +126,9 @@ def create_app(
         settings, max_body_bytes=max_body_bytes, max_inflight_searches=max_inflight_searches,
         request_read_timeout_s=request_read_timeout_s, keep_alive_timeout_s=keep_alive_timeout_s,
         max_connections=max_connections,
+    )
+    allowed_model_hosts = parse_allow_hosts(
+        settings.model_url_allow_hosts if model_url_allow_hosts is None else model_url_allow_hosts
     )
     owned = metis is None
     db = metis if metis is not None else connect()
@@ -185,6 +193,9 @@ def create_app(
 
     @api.post("/bases", status_code=201, summary="Create a base", responses={409: {"model": ErrorOut}})
     def create_base(body: CreateBaseIn) -> JSONResponse:
+        for field in ("embedding_url", "reranker_url"):
+            if getattr(body, field) is not None:
+                check_model_url(field, getattr(body, field), allowed_model_hosts)
         options = body.model_dump(exclude={"name", "kind"}, exclude_none=True)
         info = db.create_base(body.name, kind=body.kind, **options)
         return JSONResponse(info.to_dict(), status_code=201)

@@ -25,7 +25,13 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import InvalidInput, Overloaded, RequestTimeout, RequestTooLarge, Unauthorized
+from ..errors import (
+    InvalidInput,
+    Overloaded,
+    RequestTimeout,
+    RequestTooLarge,
+    Unauthorized,
+)
 from .errors import error_response
 from .settings import Limits
 
