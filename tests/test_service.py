@@ -329,7 +329,44 @@ BAD_SEARCHES = [
 @pytest.mark.parametrize("change,why", BAD_SEARCHES, ids=[w for _, w in BAD_SEARCHES])
 def test_bad_search_requests_are_400(client, indexed_base, change, why):
     body = {"bases": indexed_base, "question": "router", "mode": "keyword", **change}
-    assert_error(client.post("/search", json=body), 400, "INVALID_REQUEST")
+    response = client.post("/search", json=body)
+    assert_error(response, 400, "INVALID_REQUEST")
+    assert_plain_validation_message(response.json()["error"]["message"])
+
+
+#: Words of pydantic's own error text and locations, which say nothing to a caller.
+PYDANTIC_INTERNALS = ("function-after", "constrained-str", "_clean_text", "list[", "Input should", "Value error",
+                      "Field required", "Extra inputs", "pydantic", "errors.pydantic.dev")
+
+
+def assert_plain_validation_message(message: str) -> None:
+    for word in PYDANTIC_INTERNALS:
+        assert word not in message, message
+
+
+def test_validation_errors_name_the_field_path_in_plain_words(client, indexed_base):
+    cases = [
+        ({"bases": "a\u0000b", "question": "x"}, "bases: text must not contain NUL characters"),
+        ({"bases": ["kb", "a\u0000"], "question": "x"}, "bases[1]: text must not contain NUL characters"),
+        ({"bases": 5, "question": "x"}, "bases: must be a string or a list"),
+        ({"bases": [], "question": "x"}, "bases: must hold at least 1 item"),
+        ({"bases": "kb", "question": "x", "top_k": 0}, "top_k: must be at least 1"),
+        ({"bases": "kb", "question": "x", "top_k": "5"}, "top_k: must be a whole number"),
+        ({"bases": "kb"}, "question: is required"),
+        ({"bases": "kb", "question": ""}, "question: must not be empty"),
+        ({"bases": "kb", "question": "x", "mode": "fuzzy"}, "mode: must be one of 'hybrid', 'dense' or 'keyword'"),
+        ({"bases": "kb", "question": "x", "filters": {"kinds": ["x" * 11]}},
+         "filters.kinds[0]: must have at most 10 characters"),
+        ({"bases": "kb", "question": "x", "top-k": 3}, "top-k: is not a field of this request (misspelt?)"),
+    ]
+    for body, want in cases:
+        response = client.post("/search", json=body)
+        assert_error(response, 400, "INVALID_REQUEST")
+        assert response.json()["error"]["message"] == want
+    not_object = client.post("/search", content=b"[1, 2]", headers={"Content-Type": "application/json"})
+    assert not_object.json()["error"]["message"] == "the body must be a JSON object"
+    fact = client.post(f"/bases/{indexed_base}/facts", json={"text": "x", "supersedes": "a"})
+    assert fact.json()["error"]["message"] == "supersedes: must be a whole number"
 
 
 def test_bodies_that_are_not_json_objects_are_400(client):
