@@ -8,7 +8,9 @@ a second).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -758,3 +760,109 @@ def test_the_model_url_allow_list_parses_hosts_and_ports_and_refuses_urls():
         with pytest.raises(ConfigError, match="METIS_MODEL_URL_ALLOW_HOSTS"):
             parse_allow_hosts(bad)
     assert parse_allow_hosts("") == frozenset() and parse_allow_hosts(None) == frozenset()
+
+
+# -- indexing jobs: what they show, when they check, how they fail ---------------------
+
+
+def test_job_reports_show_paths_relative_to_their_source_root(client, base_name, roots):
+    folder = f"rel-{base_name}"
+    write_corpus(roots / folder, {"a.txt": "Alpha words.", "sub/b.md": "# B\n\nBeta words.\n"})
+    (roots / folder / "leaving.txt").symlink_to(roots / "kb" / "router.txt")
+    (roots / folder / "dangling.txt").symlink_to(roots / folder / "nowhere.txt")
+    started = client.post(f"/bases/{base_name}/index", json={"paths": [str(roots / folder)]})
+    assert started.status_code == 202, started.text
+    assert started.json()["paths"] == [folder]
+    job = wait_for_job(client, started.json()["id"])
+    assert job["state"] == "done", job
+    assert job["paths"] == [folder]
+    assert job["report"]["new"] == 2
+    warnings = job["report"]["warnings"]
+    assert f"{folder}/leaving.txt: skipped: symbolic link leaving {folder}: not followed" in warnings, warnings
+    assert f"{folder}/dangling.txt: skipped: symbolic link loop or dangling link: not followed" in warnings
+    assert str(roots) not in json.dumps(job) and str(roots.parent) not in json.dumps(job)
+
+
+def test_a_folder_swapped_for_a_link_after_the_job_was_sent_is_not_indexed(client, metis, base_name, roots,
+                                                                           held_embeddings):
+    fake, release, _ = held_embeddings
+    blocker = f"{base_name}-blocker"
+    metis.create_base(blocker, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
+    write_corpus(roots / blocker, {"wait.txt": "This document waits for its embedding."})
+    swapped, vanished = f"swap-{base_name}", f"gone-{base_name}"
+    write_corpus(roots / swapped, {"fine.txt": "An innocent document."})
+    write_corpus(roots / vanished, {"fine.txt": "Another innocent document."})
+    try:
+        # Jobs run one at a time: the blocker's embedding is held, so the next jobs wait in the queue.
+        first = client.post(f"/bases/{blocker}/index", json={"paths": [blocker]}).json()
+        deadline = time.monotonic() + 30
+        while not fake.requests:
+            assert time.monotonic() < deadline, "the blocker job never asked for its embeddings"
+            time.sleep(0.05)
+        queued = [client.post(f"/bases/{base_name}/index", json={"paths": [p]}) for p in (swapped, vanished)]
+        assert [q.status_code for q in queued] == [202, 202], [q.text for q in queued]
+        assert [q.json()["state"] for q in queued] == ["queued", "queued"]
+        # Meanwhile the folder becomes a link to a folder outside the roots, and the other one goes away.
+        (roots / swapped).rename(roots / f"{swapped}-old")
+        (roots / swapped).symlink_to(roots.parent / "outside", target_is_directory=True)
+        shutil.rmtree(roots / vanished)
+    finally:
+        release.set()
+    assert wait_for_job(client, first["id"])["state"] == "done"
+    swap_job, gone_job = (wait_for_job(client, q.json()["id"]) for q in queued)
+    assert swap_job["state"] == gone_job["state"] == "failed", (swap_job, gone_job)
+    assert swap_job["error"]["code"] == "INVALID_REQUEST"
+    assert "outside the source roots" in swap_job["error"]["message"]
+    assert gone_job["error"] == {"code": "INVALID_REQUEST",
+                                 "message": f"no such file or folder under the source roots: {vanished!r}"}
+    found = client.post("/search", json={"bases": base_name, "question": "secret launch code", "mode": "keyword"})
+    assert found.status_code == 200 and found.json()["results"] == []
+    assert metis.base(base_name).documents == 0
+    metis.drop_base(blocker)
+
+
+def test_a_job_that_hits_a_bug_says_internal_error_and_logs_the_traceback(metis, base_name, roots, caplog):
+    class Buggy(metis_pg.Metis):
+        def index(self, base: str, *paths: Any, **options: Any) -> Any:
+            raise RuntimeError(f"a bug reading {paths[0]}")
+
+    jobs = service.Jobs(Buggy(metis.dsn, pool=metis.pool), [roots])
+    try:
+        with caplog.at_level("ERROR", logger="metis_pg.service.jobs"):
+            job = jobs.submit(base_name, ["kb"], None)
+            deadline = time.monotonic() + 30
+            while job.state not in ("done", "failed"):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        jobs.close()
+    assert job.state == "failed" and job.paths == ["kb"]
+    assert job.error == {"code": "METIS_ERROR", "message": "internal error: see the server log"}
+    logged = [r for r in caplog.records if r.exc_info and r.exc_info[0] is RuntimeError]
+    assert logged and job.id in logged[0].getMessage()
+
+
+def test_a_job_on_a_base_another_indexer_holds_fails_with_base_busy(client, metis, base_name, roots,
+                                                                    held_embeddings):
+    from metis_pg import errors
+
+    if not hasattr(errors, "BaseBusy"):
+        pytest.skip("errors.BaseBusy (one indexer per base) comes with the db branch")
+    fake, release, _ = held_embeddings
+    metis.create_base(base_name, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
+    folder = f"busy-{base_name}"
+    write_corpus(roots / folder, {"a.txt": "A document indexed twice at once."})
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(metis.index, base_name, roots / folder)  # another indexer, held by its model
+        try:
+            deadline = time.monotonic() + 30
+            while not fake.requests:
+                assert time.monotonic() < deadline, "the other indexer never asked for its embeddings"
+                time.sleep(0.05)
+            started = client.post(f"/bases/{base_name}/index", json={"paths": [folder]})
+            job = wait_for_job(client, started.json()["id"], timeout_s=60)
+        finally:
+            release.set()
+        other.result(timeout=60)
+    assert job["state"] == "failed", job
+    assert job["error"]["code"] == "BASE_BUSY" and base_name in job["error"]["message"]

@@ -132,7 +132,7 @@ def create_app(
     )
     owned = metis is None
     db = metis if metis is not None else connect()
-    jobs = Jobs(db)
+    jobs = Jobs(db, roots)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -227,12 +227,13 @@ def create_app(
     @api.post("/bases/{name}/index", status_code=202, summary="Index folders or files under the source roots (a job)",
               responses={404: {"model": ErrorOut}})
     def index(name: NameParam, body: IndexIn) -> JSONResponse:
-        paths = [resolve_source_path(p, roots) for p in body.paths]
+        for path in body.paths:
+            resolve_source_path(path, roots)  # 400 before a base is created
         try:
             db.base(name)
         except BaseNotFound:
             db.create_base(name)  # as Metis.index does; a bad name is refused here, not in the job
-        job = jobs.submit(name, paths, body.source)
+        job = jobs.submit(name, body.paths, body.source)
         return JSONResponse(job.to_dict(), status_code=202, headers={"Location": f"/jobs/{job.id}"})
 
     @api.get("/jobs/{job_id}", summary="An indexing job: state, progress, report", responses={404: {"model": ErrorOut}})
