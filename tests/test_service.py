@@ -866,3 +866,18 @@ def test_a_job_on_a_base_another_indexer_holds_fails_with_base_busy(client, meti
         other.result(timeout=60)
     assert job["state"] == "failed", job
     assert job["error"]["code"] == "BASE_BUSY" and base_name in job["error"]["message"]
+
+
+def test_a_database_that_does_not_answer_is_503_with_retry_after(metis):
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(f"postgresql://metis@127.0.0.1:{closed_port()}/metis", min_size=1, open=False)
+    pool.open(wait=False)
+    try:
+        app = service.create_app(metis_pg.Metis(metis.dsn, pool=pool), tokens=[], source_roots=[])
+        with service.running(app) as url:
+            response = httpx.get(f"{url}/healthz", timeout=30)
+    finally:
+        pool.close(timeout=1)
+    assert_error(response, 503, "DATABASE_UNAVAILABLE")
+    assert response.headers["retry-after"] == "5"
