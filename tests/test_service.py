@@ -881,3 +881,24 @@ def test_a_database_that_does_not_answer_is_503_with_retry_after(metis):
         pool.close(timeout=1)
     assert_error(response, 503, "DATABASE_UNAVAILABLE")
     assert response.headers["retry-after"] == "5"
+
+
+def test_service_limits_are_read_from_the_environment_and_must_be_positive(metis, monkeypatch):
+    monkeypatch.setenv("METIS_MAX_INFLIGHT_SEARCHES", "3")
+    monkeypatch.setenv("METIS_REQUEST_READ_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("METIS_MODEL_URL_ALLOW_HOSTS", "eos:8081")
+    settings = metis_pg.Settings.from_env()
+    assert (settings.max_inflight_searches, settings.request_read_timeout_s) == (3, 2.5)
+    assert settings.model_url_allow_hosts == "eos:8081"
+    app = service.create_app(metis, tokens=[], source_roots=[])
+    assert app.state.limits.max_inflight_searches == 3 and app.state.limits.request_read_timeout_s == 2.5
+    assert service.create_app(metis, tokens=[], source_roots=[], max_inflight_searches=7).state.limits \
+        .max_inflight_searches == 7
+    for name, value in (("METIS_MAX_INFLIGHT_SEARCHES", "0"), ("METIS_MAX_CONNECTIONS", "many"),
+                        ("METIS_REQUEST_READ_TIMEOUT_S", "-1"), ("METIS_KEEP_ALIVE_TIMEOUT_S", "nan")):
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            with pytest.raises(ConfigError, match=name):
+                metis_pg.Settings.from_env()
+    monkeypatch.delenv("METIS_MAX_INFLIGHT_SEARCHES")
+    assert metis_pg.Settings.from_env().max_inflight_searches == 2 * (os.cpu_count() or 1)

@@ -5,12 +5,17 @@ Where each concern lives:
 ===============  ===========================================================================
 ``app``          :func:`create_app`: the routes, the exception handlers (docs/http.md lists them)
 ``schemas``      request bodies and documented answers (pydantic models)
-``gate``         ASGI middleware in front of the app: token (401), body size (413)
-``errors``       :func:`error_response`: the one ``{"error": {"code", "message"}}`` answer
+``gate``         ASGI middleware in front of the app: token (401), body size (413), body time
+                 (408), in-flight searches (503 ``OVERLOADED``)
+``errors``       :func:`error_response`: the one ``{"error": {"code", "message"}}`` answer,
+                 ``Retry-After`` on 503, validation errors in plain words
 ``jobs``         indexing jobs started through HTTP, run one at a time on a worker thread
-``sources``      which paths indexing through HTTP may read (``METIS_SOURCE_ROOTS``)
-``settings``     every setting of the service (:data:`SETTINGS`), parsing, the bind check
-``server``       :func:`serve` (uvicorn, ``metis serve``) and :func:`running` (tests, benchmarks)
+``sources``      which paths indexing through HTTP may read (``METIS_SOURCE_ROOTS``), and
+                 showing them relative to their root
+``model_urls``   which model URLs a base created over HTTP may name (``METIS_MODEL_URL_ALLOW_HOSTS``)
+``settings``     every setting of the service (:data:`SETTINGS`), :class:`Limits`, the bind check
+``server``       :func:`serve` (uvicorn, ``metis serve``, logging) and :func:`running` (tests,
+                 benchmarks); the headers deadline and the connection cap
 ===============  ===========================================================================
 
 Errors are ``{"error": {"code", "message"}}`` with the status of the
