@@ -99,7 +99,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-async def run_mode(url: str, base: str, mode: str, clients: int, searches: int, timeout_s: float) -> dict:
+async def run_mode(url: str, token: str, base: str, mode: str, clients: int, searches: int, timeout_s: float) -> dict:
     """Run `clients` concurrent clients of `searches` searches each; return the figures (see the module docstring)."""
     latencies: list[float] = []
     ok_latencies: list[float] = []
@@ -107,7 +107,7 @@ async def run_mode(url: str, base: str, mode: str, clients: int, searches: int, 
     errors: list[str] = []
 
     async def client(i: int) -> None:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+        headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s) as c:
             for j in range(searches):
                 body = {"bases": base, "question": QUESTIONS[(i * searches + j) % len(QUESTIONS)], "mode": mode,
@@ -150,9 +150,10 @@ async def run_mode(url: str, base: str, mode: str, clients: int, searches: int, 
     }
 
 
-def run_mode_in_process(url: str, base: str, mode: str, clients: int, searches: int, timeout_s: float) -> dict:
+def run_mode_in_process(url: str, token: str, base: str, mode: str, clients: int, searches: int,
+                        timeout_s: float) -> dict:
     """:func:`run_mode` in its own event loop (the entry point of the clients' process)."""
-    return asyncio.run(run_mode(url, base, mode, clients, searches, timeout_s))
+    return asyncio.run(run_mode(url, token, base, mode, clients, searches, timeout_s))
 
 
 #: In-flight bound meaning "none": more than any run here sends at once.
@@ -216,7 +217,7 @@ def main() -> int:
                     for mode in [s.strip() for s in args.modes.split(",") if s.strip()]:
                         for clients in client_counts:
                             # The clients run in a process of their own: their CPU is not the server's GIL.
-                            r = clients_pool.submit(run_mode_in_process, url, base, mode, clients, args.searches,
+                            r = clients_pool.submit(run_mode_in_process, url, TOKEN, base, mode, clients, args.searches,
                                                     args.timeout_s).result()
                             r["bound"] = label
                             results.append(r)

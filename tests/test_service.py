@@ -902,3 +902,32 @@ def test_service_limits_are_read_from_the_environment_and_must_be_positive(metis
                 metis_pg.Settings.from_env()
     monkeypatch.delenv("METIS_MAX_INFLIGHT_SEARCHES")
     assert metis_pg.Settings.from_env().max_inflight_searches == 2 * (os.cpu_count() or 1)
+
+
+def test_accepted_connections_send_small_writes_at_once(metis):
+    # A listening socket made with socket.socket() has proto 0: asyncio then leaves Nagle on for the
+    # connections it accepts, and every answer (headers, then body) waited ~40 ms for a delayed ACK.
+    import uvicorn
+
+    from metis_pg.service.server import uvicorn_config
+
+    app = service.create_app(metis, tokens=[], source_roots=[])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn_config(app))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.02)
+        with httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as c:
+            assert c.get("/healthz").status_code == 200
+            (connection,) = server.server_state.connections
+            accepted = connection.transport.get_extra_info("socket")
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()

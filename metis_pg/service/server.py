@@ -69,6 +69,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: asyncio.TimerHandle | None = None
+        _no_delay(transport)
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             full = Overloaded(f"the service has {self.max_connections} connections open, its limit "
@@ -106,6 +107,22 @@ class GuardedH11Protocol(H11Protocol):
         late = RequestTimeout(f"the request headers did not arrive within {self.header_timeout_s:g} s")
         self.transport.write(raw_error(late))
         self.transport.close()
+
+
+def _no_delay(transport: asyncio.Transport) -> None:
+    """Send small writes at once (TCP_NODELAY).
+
+    asyncio sets it only on sockets whose ``proto`` is ``IPPROTO_TCP``; a listening
+    socket made with ``socket.socket()`` (proto 0, as a passed socket or fd often is)
+    accepts sockets without it, and then every answer (headers and body are two
+    writes) waits ~40 ms for the client's delayed ACK.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
 
 
 def service_log_config(level: str = "info") -> dict[str, Any]:
@@ -178,7 +195,7 @@ def running(app: FastAPI, host: str = "127.0.0.1", *, log_config: dict | None = 
     """
     if not is_loopback(host):
         raise ConfigError(f"running() serves loopback only, not {host!r}")
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
