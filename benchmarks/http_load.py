@@ -2,7 +2,7 @@
 
 Starts the service in this process on a free port of 127.0.0.1 (uvicorn in a
 thread, with a bearer token), indexes a small made-up corpus into a throwaway
-base, then for each bound (``METIS_MAX_INFLIGHT_SEARCHES``: the default, 2 x
+base, then for each bound (``METIS_MAX_INFLIGHT_SEARCHES``: the default, 8 x
 cores, and "none", i.e. 100,000), each number of clients and each mode runs that
 many concurrent clients (asyncio coroutines, one httpx client and connection each) sending
 ``--searches`` searches each, one after the other, and prints latency
@@ -194,7 +194,7 @@ def main() -> int:
     parser.add_argument("--searches", type=int, default=5, help="searches per client, per mode and bound")
     parser.add_argument("--modes", default="keyword,hybrid", help="comma-separated: keyword, hybrid, dense")
     parser.add_argument("--bounds", default="default,none",
-                        help="comma-separated in-flight bounds: default (2 x cores), none, or a number")
+                        help="comma-separated in-flight bounds: default (8 x cores), none, or a number")
     parser.add_argument("--no-backoff", action="store_true",
                         help="after a 503, send the next request at once instead of waiting its Retry-After")
     parser.add_argument("--documents", type=int, default=12, help="documents in the corpus (2 chunks each)")

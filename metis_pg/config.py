@@ -181,7 +181,7 @@ class Settings:
     home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
     # -- metis serve (the HTTP service; docs/http.md): env METIS_<NAME_UPPER> ------------------------
     #: searches and compares computed at once; more are answered 503 OVERLOADED with Retry-After at once
-    max_inflight_searches: int = field(default_factory=lambda: 2 * (os.cpu_count() or 1))
+    max_inflight_searches: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
     #: seconds a client has to send a request's headers (from its first byte), and again its body; else 408
     request_read_timeout_s: float = 10.0
     #: seconds an idle keep-alive connection is kept open

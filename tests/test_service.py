@@ -901,7 +901,7 @@ def test_service_limits_are_read_from_the_environment_and_must_be_positive(metis
             with pytest.raises(ConfigError, match=name):
                 metis_pg.Settings.from_env()
     monkeypatch.delenv("METIS_MAX_INFLIGHT_SEARCHES")
-    assert metis_pg.Settings.from_env().max_inflight_searches == 2 * (os.cpu_count() or 1)
+    assert metis_pg.Settings.from_env().max_inflight_searches == 8 * (os.cpu_count() or 1)
 
 
 def test_accepted_connections_send_small_writes_at_once(metis):

@@ -39,7 +39,7 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     ("METIS_API_TOKENS", "", "bearer tokens, comma-separated, 16+ characters each; none: loopback only"),
     ("METIS_SOURCE_ROOTS", "", "folders indexing through HTTP may read, colon-separated; none: indexing refused"),
     ("METIS_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest request body in bytes; more is HTTP 413"),
-    ("METIS_MAX_INFLIGHT_SEARCHES", "2 x cores", "searches and compares computed at once; more: 503 OVERLOADED"),
+    ("METIS_MAX_INFLIGHT_SEARCHES", "8 x cores", "searches and compares computed at once; more: 503 OVERLOADED"),
     ("METIS_REQUEST_READ_TIMEOUT_S", "10", "seconds to send a request's headers, and again its body; else 408"),
     ("METIS_KEEP_ALIVE_TIMEOUT_S", "5", "seconds an idle keep-alive connection is kept open"),
     ("METIS_MAX_CONNECTIONS", "512", "open connections at most; one more is answered 503 OVERLOADED and closed"),
