@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg_pool import ConnectionPool
 
 from . import db, indexing, migrate, notes, retrieval, storage
-from .config import BASE_KINDS, DEFAULT_CHUNK_SIZE, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
+from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
     BaseNotFound,
     EmbeddingModelUnavailable,
@@ -49,21 +49,35 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Metis", "connect", "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "check_request", "rerank_candidates"]
 
-def connect(dsn: str | None = None, *, upgrade: bool = True, settings: Settings | None = None) -> "Metis":
+def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings | None = None) -> "Metis":
     """Open a metis database and return the API object.
 
     Args:
         dsn: PostgreSQL URL; None = ``METIS_DATABASE_URL``, else the embedded server
             in ``$METIS_HOME/pgdata`` (started if needed; about 4 s the first time).
-        upgrade: run the Alembic migrations up to head first (an empty database is created).
+        upgrade: run the Alembic migrations up to head first. Without it the stored
+            revision is only read (one query): a database with no metis schema is
+            created, one at another revision raises SchemaOutOfDate.
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or started, or a migration failed.
+        SchemaOutOfDate: the schema is not the one this code needs: run ``metis db upgrade``.
     """
     resolved = db.resolve_dsn(dsn, settings)
     if upgrade:
         migrate.upgrade(resolved)
-    return Metis(resolved)
+    metis = Metis(resolved)
+    try:
+        if not upgrade:
+            with metis.pool.connection() as conn:
+                created = migrate.check_revision(conn, resolved)
+            if created:  # the pool's connections predate the pgvector types
+                metis.close()
+                metis = Metis(resolved)
+    except BaseException:
+        metis.close()
+        raise
+    return metis
 
 
 class Metis:
@@ -107,8 +121,8 @@ class Metis:
         query_prefix: str | None = None,
         reranker_model: str | None = None,
         reranker_url: str | None = None,
-        model_timeout_s: float = 10.0,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        model_timeout_s: float | None = None,
+        chunk_size: int | None = None,
         **spec_options: Any,
     ) -> BaseInfo:
         """Create a base (SPEC F1) and return it.
@@ -125,6 +139,8 @@ class Metis:
             chunk_size: characters per chunk at most.
             spec_options: further :class:`~metis_pg.config.BaseSpec` fields.
 
+        Every option left None takes the default of :class:`~metis_pg.config.BaseSpec`.
+
         Raises:
             BaseExists, InvalidInput, ConfigError.
         """
@@ -135,10 +151,11 @@ class Metis:
             if model not in LOCAL_EMBEDDING_MODELS:
                 raise InvalidInput(f"embedding_dim is required for the model {model!r}")
             embedding_dim = LOCAL_EMBEDDING_MODELS[model]
+        given = {"model_timeout_s": model_timeout_s, "chunk_size": chunk_size, **spec_options}
         spec = BaseSpec(
             embedding_model=model, embedding_dim=embedding_dim, query_prefix=query_prefix,
             embedding_url=embedding_url, reranker_model=reranker_model, reranker_url=reranker_url,
-            model_timeout_s=model_timeout_s, chunk_size=chunk_size, **spec_options,
+            **{k: v for k, v in given.items() if v is not None},
         )
         self.embedder(spec)  # a spec its models cannot serve fails here, not at the first search
         with self.pool.connection() as conn:

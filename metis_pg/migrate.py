@@ -1,7 +1,11 @@
 """Alembic migrations, run in-process on the package's ``migrations/`` folder.
 
-``metis db upgrade`` and :func:`metis_pg.connect` call :func:`upgrade`; the app
-never creates tables itself (SPEC architecture).
+``metis db upgrade``, ``metis serve`` and ``metis demo`` call :func:`upgrade`; the app
+never creates tables itself (SPEC architecture). Every other command and
+:func:`metis_pg.connect` only read the stored revision (:func:`check_revision`, one
+query, no Alembic import): a database behind the code raises
+:class:`~metis_pg.errors.SchemaOutOfDate` naming the command to run, and a database
+with no metis schema at all (a new one) is created.
 """
 
 from __future__ import annotations
@@ -9,16 +13,21 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from typing import TYPE_CHECKING
+
+import psycopg
 
 from .db import sqlalchemy_url
-from .errors import DatabaseUnavailable
+from .errors import DatabaseUnavailable, SchemaOutOfDate
 
-__all__ = ["upgrade", "downgrade", "current_revision", "head_revision", "is_at_head"]
+if TYPE_CHECKING:  # pragma: no cover
+    from alembic.config import Config
+
+__all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_revision", "is_at_head",
+           "check_revision"]
+
+#: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
+SCHEMA_REVISION = "0007"
 
 
 def _migrations_dir() -> Path:
@@ -32,7 +41,9 @@ def _migrations_dir() -> Path:
     raise DatabaseUnavailable("the Alembic migrations folder of metis_pg is missing from this installation")
 
 
-def _config(dsn: str) -> Config:
+def _config(dsn: str) -> "Config":
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
@@ -40,6 +51,8 @@ def _config(dsn: str) -> Config:
 
 
 def _run(dsn: str, action) -> None:
+    from sqlalchemy import create_engine
+
     cfg = _config(dsn)
     engine = create_engine(sqlalchemy_url(dsn), poolclass=None)
     try:
@@ -63,21 +76,30 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     Raises:
         DatabaseUnavailable: the database cannot be reached or a migration failed.
     """
+    from alembic import command
+
     _run(dsn, lambda cfg: command.upgrade(cfg, revision))
 
 
 def downgrade(dsn: str, revision: str) -> None:
     """Downgrade the database at `dsn` to `revision` (``"base"`` drops everything)."""
+    from alembic import command
+
     _run(dsn, lambda cfg: command.downgrade(cfg, revision))
 
 
 def head_revision() -> str:
     """Return the newest revision id shipped with this package."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config("postgresql://x")).get_current_head()
 
 
 def current_revision(dsn: str) -> str | None:
     """Return the revision the database at `dsn` is at (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
     engine = create_engine(sqlalchemy_url(dsn))
     try:
         with engine.connect() as connection:
@@ -89,3 +111,42 @@ def current_revision(dsn: str) -> str | None:
 def is_at_head(dsn: str) -> bool:
     """True when the database at `dsn` is at the newest revision."""
     return current_revision(dsn) == head_revision()
+
+
+def stored_revision(conn: psycopg.Connection) -> str | None:
+    """Return the revision stored in the database (None: no metis schema there yet)."""
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    return row[0] if row else None
+
+
+def check_revision(conn: psycopg.Connection, dsn: str) -> bool:
+    """Make sure the schema is the one this code is written for, without running Alembic if it is.
+
+    A database with no metis schema (new) is created with :func:`upgrade`; then True
+    is returned (connections opened before it lack the pgvector types: open new ones).
+
+    Raises:
+        SchemaOutOfDate: the schema is at another revision than :data:`SCHEMA_REVISION`
+            (older: run ``metis db upgrade``; newer: upgrade metis_pg).
+        DatabaseUnavailable: creating the schema failed.
+    """
+    revision = stored_revision(conn)
+    conn.commit()
+    if revision == SCHEMA_REVISION:
+        return False
+    if revision is None:
+        upgrade(dsn)
+        return True
+    if revision < SCHEMA_REVISION:
+        raise SchemaOutOfDate(
+            f"the database schema is at revision {revision}, this metis_pg needs {SCHEMA_REVISION}: "
+            f"run `metis db upgrade` (Alembic migrations; back up first)"
+        )
+    raise SchemaOutOfDate(
+        f"the database schema is at revision {revision}, newer than this metis_pg knows ({SCHEMA_REVISION}): "
+        f"upgrade metis_pg"
+    )
