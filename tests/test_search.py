@@ -27,11 +27,14 @@ CORPUS = {
 }
 
 
-@pytest.fixture()
-def small_base(metis: metis_pg.Metis, base_name: str, tmp_path: Path) -> str:
-    report = metis.index(base_name, write_corpus(tmp_path / "kb", CORPUS))
+@pytest.fixture(scope="module")
+def small_base(metis: metis_pg.Metis, tmp_path_factory: pytest.TempPathFactory):
+    """The six-file base, indexed once for the module (its tests only read it)."""
+    name = f"t-small-{uuid.uuid4().hex[:8]}"
+    report = metis.index(name, write_corpus(tmp_path_factory.mktemp("kb"), CORPUS))
     assert report.new == len(CORPUS) and not report.failed
-    return base_name
+    yield name
+    metis.drop_base(name)
 
 
 def bm25_reference(chunk_terms: dict[int, list[str]], question: list[str], k1: float = 1.2, b: float = 0.75):
