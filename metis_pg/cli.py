@@ -13,17 +13,19 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .api import Metis, connect
 from .config import BaseSpec
 from .errors import MetisError
 from .results import IndexReport, SearchResponse
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import Metis
 
 __all__ = ["app", "main"]
 
@@ -55,8 +57,10 @@ _SPEC = BaseSpec()
 logging.getLogger("metis_pg.indexing").addHandler(logging.NullHandler())
 
 
-def _open(dsn: str | None) -> Metis:
-    return connect(dsn)
+def _open(dsn: str | None, *, upgrade: bool = False) -> "Metis":
+    from .api import connect  # imported here: `metis --help` needs none of it
+
+    return connect(dsn, upgrade=upgrade)
 
 
 def _print_json(data: Any) -> None:
@@ -634,7 +638,7 @@ def demo(
         paths = [p for p in (root / "docs", root / "README.md") if p.exists()]
         if not paths:
             raise typer.BadParameter("no docs/ or README.md next to the package: give a folder to index")
-    with connect(dsn, upgrade=True) as m:  # the main job: bring the schema to head first
+    with _open(dsn, upgrade=True) as m:  # the main job: bring the schema to head first
         report = _index_with_progress(m, base, paths, None, quiet=False)
         _print_report(report)
         for q in question or DEMO_QUESTIONS:
