@@ -8,6 +8,7 @@ the score of every step and the time each step took. See README.md.
 from .api import Metis, connect
 from .config import BaseSpec, Settings
 from .errors import (
+    BaseBusy,
     BaseExists,
     BaseNotFound,
     ConfigError,
@@ -61,6 +62,7 @@ __all__ = [
     "InvalidInput",
     "BaseExists",
     "BaseNotFound",
+    "BaseBusy",
     "NotFound",
     "DatabaseUnavailable",
     "SchemaOutOfDate",

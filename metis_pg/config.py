@@ -179,6 +179,15 @@ class Settings:
 
     database_url: str | None = None
     home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
+    # -- waits on PostgreSQL (issue 13; read by metis_pg.db and metis_pg.storage) --------------
+    #: METIS_DATABASE_WAIT_S: seconds to wait for a pooled connection (checkout) and to connect.
+    database_wait_s: float = 5.0
+    #: METIS_STATEMENT_TIMEOUT_S: seconds one statement may run on a pooled connection (0 = no limit).
+    statement_timeout_s: float = 30.0
+    #: METIS_LOCK_TIMEOUT_S: seconds a statement may wait for a lock (a base's write lock, a table lock).
+    lock_timeout_s: float = 5.0
+    #: METIS_INDEXER_WAIT_S: seconds an indexer waits for another indexer of the same base (then BaseBusy).
+    indexer_wait_s: float = 5.0
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -187,9 +196,30 @@ class Settings:
         return cls(
             database_url=os.environ.get("METIS_DATABASE_URL") or None,
             home=Path(home) if home else Path(f"/var/tmp/metis-{os.getuid()}"),
+            **{name: _seconds_env(name, default) for name, default in _WAITS.items()},
         )
+
+    def __post_init__(self) -> None:
+        for name in _WAITS:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0 or value != value:
+                raise ConfigError(f"{name} must be a number of seconds >= 0, not {value!r}")
 
     @property
     def pgdata(self) -> Path:
         """The embedded server's data folder."""
         return self.home / "pgdata"
+
+
+#: The wait settings of :class:`Settings` and their defaults (environment: METIS_<NAME_UPPER>).
+_WAITS = {"database_wait_s": 5.0, "statement_timeout_s": 30.0, "lock_timeout_s": 5.0, "indexer_wait_s": 5.0}
+
+
+def _seconds_env(name: str, default: float) -> float:
+    raw = os.environ.get(f"METIS_{name.upper()}")
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"METIS_{name.upper()} must be a number of seconds, not {raw!r}") from None
