@@ -126,8 +126,7 @@ def start_failure_cause(exc: BaseException, output: str, pgdata: Path) -> str:
     if re.search(r"no space left on device", everything, re.IGNORECASE):
         return "no space left on device (the disk holding the data folder is full)"
     if re.search(r"permission denied", everything, re.IGNORECASE):
-        line = _last_line(everything, r"permission denied")
-        return f"permission denied: {line}" if line else "permission denied"
+        return _last_line(everything, r"^.*permission denied.*$") or "permission denied"
     for pattern in (r"^(?:\S+ )*(?:FATAL|PANIC):\s.*$", r"^initdb: error: .*$", r"^pg_ctl: .*$"):
         line = _last_line(everything, pattern)
         if line:
@@ -173,14 +172,26 @@ class _PgserverLog(logging.Handler):
         logger.propagate = self._propagate
 
 
-def _postmaster_alive(pgdata: Path) -> bool:
-    """True while the postmaster this process started or joined in `pgdata` runs."""
+def _postmaster_alive(pgdata: Path, *, thorough: bool = False) -> bool:
+    """True while the postmaster this process started or joined in `pgdata` runs.
+
+    The quick check (every checkout, ~1 us) asks whether its pid exists; `thorough`
+    also tells a dead but unreaped postmaster (a zombie) from a live one.
+    """
     server = _servers.get(pgdata)
     if server is None:
         return True
     try:
         process = server.get_postmaster_info().process
-        return process is not None and process.is_running() and process.status() != "zombie"
+        if process is None:
+            return False
+        try:
+            os.kill(process.pid, 0)
+        except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
+            pass
+        if thorough:
+            return process.is_running() and process.status() != "zombie"
+        return True
     except Exception:
         return False
 
@@ -491,7 +502,7 @@ class Pool:
         try:
             return pool.getconn(timeout=wait), pool
         except DATABASE_ERRORS as exc:
-            if not self._restart_if_dead():
+            if not self._restart_if_dead(thorough=True):
                 raise self._checkout_error(pool, exc, wait) from exc
         pool = self._pool  # the embedded server was restarted: once more, on the new pool
         try:
@@ -512,12 +523,16 @@ class Pool:
             return DatabaseUnavailable(f"the database is unavailable: no connection within {_seconds(wait)}: {why}")
         return unavailable(exc, self.settings)
 
-    def _restart_if_dead(self) -> bool:
-        """Restart the embedded server if its postmaster died; True when it did (a new pool is in place)."""
-        if self._pgdata is None or self._closed or _postmaster_alive(self._pgdata):
+    def _restart_if_dead(self, *, thorough: bool = False) -> bool:
+        """Restart the embedded server if its postmaster died; True when it did (a new pool is in place).
+
+        Before each checkout the quick check runs; after a failed checkout the thorough one.
+        """
+        if self._pgdata is None or self._closed or _postmaster_alive(self._pgdata, thorough=thorough):
             return False
         with _restart_lock:
-            if _postmaster_alive(self._pgdata) and self._pool.conninfo == _servers[self._pgdata].get_uri():
+            if (_postmaster_alive(self._pgdata, thorough=True)
+                    and self._pool.conninfo == _servers[self._pgdata].get_uri()):
                 return True  # another thread restarted it meanwhile
             log.warning("the embedded PostgreSQL in %s has stopped: restarting it", self._pgdata)
             uri = _restart_embedded(self._pgdata)
