@@ -109,9 +109,9 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     uri = db.embedded_dsn(pgdata)
     migrate.upgrade(uri)
     yield uri, pgdata
-    server = db._servers.get(pgdata)
+    server = db._servers.pop(pgdata, None)
     if server is not None:
-        server.stop()
+        server.cleanup()  # stops it (this process is its only user) and leaves nothing for exit
 
 
 def postmaster_pid(pgdata: Path) -> int:
@@ -530,3 +530,23 @@ def test_metis_serve_stops_the_embedded_server_on_sigterm(tmp_path):
     while psutil.pid_exists(postmaster) and psutil.Process(postmaster).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"the postmaster {postmaster} was left running:\n{output}"
         time.sleep(0.1)
+
+
+def test_record_search_without_a_free_connection_is_a_skipped_count(dsn, metis, base_name, caplog):
+    # storage.record_search is the count the search pipeline makes: even its checkout cannot fail a search.
+    metis.create_base(base_name)
+    storage._count_failures.clear()
+    with metis_with(dsn, fast(database_wait_s=0.5), max_size=1) as m, \
+            caplog.at_level(logging.WARNING, logger="metis_pg.storage"):
+        with m.pool.connection():
+            storage.record_search(m.pool, [base_id(metis, base_name)], "keyword")  # returns, counts nothing
+        storage.record_search(m.pool, [base_id(metis, base_name)], "keyword")
+    with metis.pool.connection() as conn:
+        counted = conn.execute("SELECT sum(searches) FROM search_counts WHERE base_id = %s",
+                               (base_id(metis, base_name),)).fetchone()[0]
+    assert counted == 1
+    assert [r.getMessage() for r in caplog.records if "was not counted" in r.getMessage()] == [
+        "a search was not counted (searches_per_day): the database is unavailable: no connection within 0.5 s:"
+        " all 1 connections of this process are in use (too many requests at once, or a slow statement);"
+        " searches still answer"
+    ]
