@@ -175,8 +175,9 @@ class _PgserverLog(logging.Handler):
 def _postmaster_alive(pgdata: Path, *, thorough: bool = False) -> bool:
     """True while the postmaster this process started or joined in `pgdata` runs.
 
-    The quick check (every checkout, ~1 us) asks whether its pid exists; `thorough`
-    also tells a dead but unreaped postmaster (a zombie) from a live one.
+    The quick check (every checkout, a few microseconds) reads the process's state in
+    /proc (a dead but unreaped postmaster, a zombie, is dead), or asks whether its pid
+    exists where there is no /proc; `thorough` also compares its start time (pid reuse).
     """
     server = _servers.get(pgdata)
     if server is None:
@@ -186,9 +187,16 @@ def _postmaster_alive(pgdata: Path, *, thorough: bool = False) -> bool:
         if process is None:
             return False
         try:
-            os.kill(process.pid, 0)
-        except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
-            pass
+            with open(f"/proc/{process.pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    return False
+        except FileNotFoundError:
+            if os.path.isdir("/proc/self"):
+                return False
+            try:
+                os.kill(process.pid, 0)
+            except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
+                pass
         if thorough:
             return process.is_running() and process.status() != "zombie"
         return True
