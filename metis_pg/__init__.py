@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from .errors import (
+    BaseBusy,
     BaseExists,
     BaseNotFound,
     ConfigError,
@@ -62,6 +63,7 @@ __all__ = [
     "InvalidInput",
     "BaseExists",
     "BaseNotFound",
+    "BaseBusy",
     "NotFound",
     "DatabaseUnavailable",
     "SchemaOutOfDate",

@@ -204,6 +204,19 @@ class Settings(BaseSettings):
                         "is refused.")
     max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
 
+    # -- waits on PostgreSQL (read by metis_pg.db and metis_pg.storage)
+    database_wait_s: float = Field(
+        5.0, ge=0, description="Seconds to wait for a pooled connection (checkout) and to connect; then "
+                               "DATABASE_UNAVAILABLE.")
+    statement_timeout_s: float = Field(
+        30.0, ge=0, description="Seconds one statement may run on a pooled connection (0: no limit); write "
+                                "transactions get 50 ms more per chunk written.")
+    lock_timeout_s: float = Field(
+        5.0, ge=0, description="Seconds a statement may wait for a lock (a base's write lock, a table lock).")
+    indexer_wait_s: float = Field(
+        5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
+                               "(exit code 6, HTTP 409).")
+
     @classmethod
     def from_env(cls) -> "Settings":
         """Return the settings of the environment.
@@ -217,6 +230,7 @@ class Settings(BaseSettings):
             first = exc.errors()[0]
             name = f"METIS_{str(first['loc'][0]).upper()}" if first.get("loc") else "a METIS_ variable"
             raise ConfigError(f"{name}: {first['msg']}") from None
+
 
     @property
     def pgdata(self) -> Path:

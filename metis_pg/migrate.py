@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from .db import sqlalchemy_url
+from .config import Settings
+from .db import DATABASE_ERRORS, cause_of, sqlalchemy_url
 from .errors import DatabaseUnavailable, SchemaOutOfDate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +28,7 @@ __all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_
            "check_revision"]
 
 #: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 
 def _migrations_dir() -> Path:
@@ -50,22 +51,41 @@ def _config(dsn: str) -> "Config":
     return cfg
 
 
-def _run(dsn: str, action) -> None:
-    from sqlalchemy import create_engine
+def _engine(dsn: str, settings: Settings):
+    """An engine whose connections connect within ``database_wait_s`` and wait for a lock at most
+    ``lock_timeout_s``: a migration waiting for ACCESS EXCLUSIVE would queue every later search."""
+    from sqlalchemy import create_engine, event
 
+    engine = create_engine(sqlalchemy_url(dsn), poolclass=None,
+                           connect_args={"connect_timeout": max(2, round(settings.database_wait_s))})
+
+    @event.listens_for(engine, "connect")
+    def _bounded_waits(dbapi_connection, _record) -> None:
+        with dbapi_connection.cursor() as cur:
+            cur.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(settings.lock_timeout_s * 1000)}ms",))
+        dbapi_connection.commit()
+
+    return engine
+
+
+def _run(dsn: str, action) -> None:
     cfg = _config(dsn)
-    engine = create_engine(sqlalchemy_url(dsn), poolclass=None)
+    settings = Settings.from_env()
+    engine = _engine(dsn, settings)
     try:
         try:
             connection = engine.connect()
         except Exception as exc:  # in the user's terms: the search never got to a migration
-            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {getattr(exc, 'orig', None) or exc}") from exc
+            orig = getattr(exc, "orig", None) or exc
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
         try:
             with connection, connection.begin():
                 cfg.attributes["connection"] = connection
                 action(cfg)
         except Exception as exc:
-            raise DatabaseUnavailable(f"migration failed: {exc}") from exc
+            orig = getattr(exc, "orig", None) or exc
+            why = cause_of(orig, settings) if isinstance(orig, DATABASE_ERRORS) else str(exc)
+            raise DatabaseUnavailable(f"migration failed: {why}") from exc
     finally:
         engine.dispose()
 
@@ -96,14 +116,23 @@ def head_revision() -> str:
 
 
 def current_revision(dsn: str) -> str | None:
-    """Return the revision the database at `dsn` is at (None: never migrated)."""
-    from alembic.runtime.migration import MigrationContext
-    from sqlalchemy import create_engine
+    """Return the revision the database at `dsn` is at (None: never migrated).
 
-    engine = create_engine(sqlalchemy_url(dsn))
+    Raises:
+        DatabaseUnavailable: the database cannot be reached.
+    """
+    from alembic.runtime.migration import MigrationContext
+
+    settings = Settings.from_env()
+    engine = _engine(dsn, settings)
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
+    except Exception as exc:
+        orig = getattr(exc, "orig", None) or exc
+        if isinstance(orig, DATABASE_ERRORS):
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
+        raise
     finally:
         engine.dispose()
 

@@ -234,9 +234,8 @@ class SearchPipeline:
         # SPEC F11, after reranking: facts that hold, then replaced ones, each group in ranked order.
         candidates = order_facts(candidates[:top_k]) + candidates[top_k:]
 
-        if count:
-            with self.pool.connection() as conn:  # SPEC F20: a count per base, day and mode; never the question
-                storage.count_search(conn, [r.base_id for r in rows], mode)
+        if count:  # SPEC F20: a count per base, day and mode; never the question. Best-effort: never fails a search
+            storage.record_search(self.pool, [r.base_id for r in rows], mode)
         return Ranked(
             request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
             warnings=warnings,
