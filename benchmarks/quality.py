@@ -10,7 +10,7 @@ question through :func:`metis_pg.retrieval.run_search` with legs cut at 50
 
 BEIR folders are indexed from ``$METIS_HOME/eval-corpora/<set>`` (written by
 :func:`metis_pg.evaluation.load_beir`); the other sets straight from their
-folder under ``../shared/data`` (converters in :mod:`metis_pg.datasets`). The
+folder under ``../shared/data`` (converters in ``benchmarks/shared_sets.py``). The
 data is read in place and never copied into the repository.
 
 Usage::
@@ -36,7 +36,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import metis_pg
-from metis_pg import datasets, evaluation, retrieval
+import shared_sets as datasets
+from metis_pg import evaluation, retrieval
 from metis_pg.config import BaseSpec, Settings
 from metis_pg.tokenizer import query_terms
 
@@ -73,7 +74,7 @@ def _converted(folder: str, variant: str | None = None, base: str = "") -> SetSp
     option = f" --variant {variant}" if variant else ""
     name = datasets.convert(DATA / folder, variant).name
     on_base = f" --base {base}" if base else ""
-    return SetSpec(name, load, f"python -m metis_pg.datasets ../shared/data/{folder}{option} -o {name}.json && "
+    return SetSpec(name, load, f"python benchmarks/shared_sets.py ../shared/data/{folder}{option} -o {name}.json && "
                                f"metis eval {name}.json{on_base}", base)
 
 

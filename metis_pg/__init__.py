@@ -5,9 +5,11 @@ retrieval fused by reciprocal rank in one SQL statement, with cited passages,
 the score of every step and the time each step took. See README.md.
 """
 
-from .api import Metis, connect
-from .config import BaseSpec, Settings
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from .errors import (
+    BaseBusy,
     BaseExists,
     BaseNotFound,
     ConfigError,
@@ -61,6 +63,7 @@ __all__ = [
     "InvalidInput",
     "BaseExists",
     "BaseNotFound",
+    "BaseBusy",
     "NotFound",
     "DatabaseUnavailable",
     "SchemaOutOfDate",
@@ -70,3 +73,21 @@ __all__ = [
     "EmbeddingDimensionMismatch",
     "RerankerUnavailable",
 ]
+
+# The API (psycopg, numpy, the readers, the models) is imported on first use, so that
+# `metis --help` and the commands that do not need all of it start fast.
+_LAZY = {"Metis": "api", "connect": "api", "BaseSpec": "config", "Settings": "config"}
+
+if _TYPE_CHECKING:  # pragma: no cover
+    from .api import Metis, connect
+    from .config import BaseSpec, Settings
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,30 +14,32 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from psycopg_pool import ConnectionPool
 
 from . import db, indexing, migrate, notes, retrieval, storage
-from .config import BASE_KINDS, DEFAULT_CHUNK_SIZE, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
+from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
     BaseNotFound,
     EmbeddingModelUnavailable,
     InvalidInput,
-    RerankerUnavailable,
 )
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
-from .results import BaseInfo, Citation, IndexReport, Scores, SearchResponse, SearchResult, SearchWarning, Took
-from .results import Fact, Note, ReembedReport
-from .chunking import embedding_text
-from .memories import order_facts
-from .snippets import snippet
-from .tokenizer import query_terms
+from .results import BaseInfo, Fact, IndexReport, Note, ReembedReport, SearchResponse
+from .search import (
+    MAX_QUESTION_CHARS,
+    MAX_TOP_K,
+    MODES,
+    SearchPipeline,
+    SearchRequest,
+    check_request,
+    rerank_candidates,
+    to_response,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
@@ -45,52 +47,37 @@ if TYPE_CHECKING:  # pragma: no cover
     from .compare import CompareResult
     from .evaluation import EvalReport, EvalSet
 
-__all__ = ["Metis", "connect", "MODES", "MAX_TOP_K", "rerank_candidates"]
+__all__ = ["Metis", "connect", "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "check_request", "rerank_candidates"]
 
-MODES = ("hybrid", "dense", "keyword")
-MAX_TOP_K = 100
-MAX_QUESTION_CHARS = 2000
-
-
-def connect(dsn: str | None = None, *, upgrade: bool = True, settings: Settings | None = None) -> "Metis":
+def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings | None = None) -> "Metis":
     """Open a metis database and return the API object.
 
     Args:
         dsn: PostgreSQL URL; None = ``METIS_DATABASE_URL``, else the embedded server
             in ``$METIS_HOME/pgdata`` (started if needed; about 4 s the first time).
-        upgrade: run the Alembic migrations up to head first (an empty database is created).
+        upgrade: run the Alembic migrations up to head first. Without it the stored
+            revision is only read (one query): a database with no metis schema is
+            created, one at another revision raises SchemaOutOfDate.
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or started, or a migration failed.
+        SchemaOutOfDate: the schema is not the one this code needs: run ``metis db upgrade``.
     """
     resolved = db.resolve_dsn(dsn, settings)
     if upgrade:
         migrate.upgrade(resolved)
-    return Metis(resolved)
-
-
-def check_request(names: Sequence[str], question: str, top_k: int, mode: str = "hybrid") -> None:
-    """Check what a search or a compare is asked, in the order a caller reads the errors.
-
-    Raises:
-        InvalidInput: no base, an unknown mode, top_k not an integer from 1 to MAX_TOP_K,
-            an empty question or one over MAX_QUESTION_CHARS characters.
-    """
-    if not names:
-        raise InvalidInput("give at least one base")
-    if mode not in MODES:
-        raise InvalidInput(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, not {top_k!r}")
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidInput("the question is empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InvalidInput(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
-
-
-def rerank_candidates(top_k: int) -> int:
-    """Fused candidates a reranker reads: 3 x top_k, at least 20, at most 50 (SPEC F8)."""
-    return min(50, max(20, 3 * top_k))
+    metis = Metis(resolved)
+    try:
+        if not upgrade:
+            with metis.pool.connection() as conn:
+                created = migrate.check_revision(conn, resolved)
+            if created:  # the pool's connections predate the pgvector types
+                metis.close()
+                metis = Metis(resolved)
+    except BaseException:
+        metis.close()
+        raise
+    return metis
 
 
 class Metis:
@@ -106,7 +93,13 @@ class Metis:
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Close the model clients (their HTTP connections) and the connection pool."""
+        for client in [*self._embedders.values(), *self._rerankers.values()]:
+            close = getattr(client, "close", None)
+            if close is not None:
+                close()
+        self._embedders.clear()
+        self._rerankers.clear()
         self.pool.close()
 
     def __enter__(self) -> "Metis":
@@ -128,8 +121,8 @@ class Metis:
         query_prefix: str | None = None,
         reranker_model: str | None = None,
         reranker_url: str | None = None,
-        model_timeout_s: float = 10.0,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        model_timeout_s: float | None = None,
+        chunk_size: int | None = None,
         **spec_options: Any,
     ) -> BaseInfo:
         """Create a base (SPEC F1) and return it.
@@ -146,6 +139,8 @@ class Metis:
             chunk_size: characters per chunk at most.
             spec_options: further :class:`~metis_pg.config.BaseSpec` fields.
 
+        Every option left None takes the default of :class:`~metis_pg.config.BaseSpec`.
+
         Raises:
             BaseExists, InvalidInput, ConfigError.
         """
@@ -156,10 +151,11 @@ class Metis:
             if model not in LOCAL_EMBEDDING_MODELS:
                 raise InvalidInput(f"embedding_dim is required for the model {model!r}")
             embedding_dim = LOCAL_EMBEDDING_MODELS[model]
+        given = {"model_timeout_s": model_timeout_s, "chunk_size": chunk_size, **spec_options}
         spec = BaseSpec(
             embedding_model=model, embedding_dim=embedding_dim, query_prefix=query_prefix,
             embedding_url=embedding_url, reranker_model=reranker_model, reranker_url=reranker_url,
-            model_timeout_s=model_timeout_s, chunk_size=chunk_size, **spec_options,
+            **{k: v for k, v in given.items() if v is not None},
         )
         self.embedder(spec)  # a spec its models cannot serve fails here, not at the first search
         with self.pool.connection() as conn:
@@ -433,97 +429,17 @@ class Metis:
         rerank: bool | None,
         filters: dict[str, Any] | retrieval.Filters | None,
         embedder_for: Callable[[BaseSpec], Embedder],
+        count: bool = True,
     ) -> SearchResponse:
         """:meth:`search`, embedding the question with ``embedder_for(spec)`` (evaluate passes
-        one that answers from questions embedded beforehand)."""
-        started = time.perf_counter()
-        names = [bases] if isinstance(bases, str) else list(dict.fromkeys(bases))
-        check_request(names, question, top_k, mode)
-        if not isinstance(filters, retrieval.Filters):
-            filters = retrieval.Filters.from_mapping(filters)
+        one that answers from questions embedded beforehand, and ``count=False``)."""
+        request = SearchRequest.build(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters)
+        pipeline = SearchPipeline(self.pool, embedder_for, self.reranker)
+        return to_response(pipeline.run(request, count=count))
 
-        with self.pool.connection() as conn:
-            rows = [storage.get_base(conn, n) for n in names]
-            health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
-        warnings: list[SearchWarning] = []
-        terms = query_terms(question) if mode != "dense" else []
-        reranker_spec = next(
-            (BaseSpec.from_json(r.spec) for r in rows if BaseSpec.from_json(r.spec).reranker_model), None
-        )
-        want_rerank = rerank is not False and reranker_spec is not None
-        # The reranker reads at most 50 (F8); past those, a top_k over 50 keeps the fused order.
-        fetch = max(top_k, rerank_candidates(top_k)) if want_rerank else top_k
-
-        # Bases sharing an embedding fingerprint are searched together in one statement.
-        groups: dict[str, list[storage.BaseRow]] = {}
-        for r in rows:
-            groups.setdefault(BaseSpec.from_json(r.spec).fingerprint, []).append(r)
-        embed_ms = dense_ms = keyword_ms = fuse_ms = 0.0
-        candidates: list[retrieval.Candidate] = []
-        statement_lists: list[list[retrieval.Candidate]] = []  # one fused list per statement (per model)
-        for fingerprint, group in groups.items():
-            spec = BaseSpec.from_json(group[0].spec)
-            vector = None
-            if mode != "keyword":
-                t0 = time.perf_counter()
-                try:
-                    vector = embedder_for(spec).embed_queries([question])[0]
-                except EmbeddingModelUnavailable as exc:
-                    if mode == "dense":  # SPEC F14: refused with EMBEDDING_MODEL_UNAVAILABLE, whatever failed
-                        if type(exc) is EmbeddingModelUnavailable:
-                            raise
-                        raise EmbeddingModelUnavailable(exc.message) from exc
-                    warnings.append(SearchWarning("KEYWORD_ONLY", f"{exc.message}: results by keywords only"))
-                finally:
-                    embed_ms += (time.perf_counter() - t0) * 1000
-            with self.pool.connection() as conn:
-                found, legs = retrieval.run_search(
-                    conn, base_ids=[r.base_id for r in group], model=fingerprint, query_embedding=vector,
-                    terms=terms, top_k=fetch, legs_top_k=top_k, filters=filters,
-                    k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
-                )
-            candidates.extend(found)
-            statement_lists.append(found)
-            dense_ms += legs.dense
-            keyword_ms += legs.keyword
-            fuse_ms += legs.fuse
-        if len(groups) > 1:
-            # Bases of different models: fuse their lists by rank (each list's RRF order).
-            candidates = _merge_by_rank(statement_lists, fetch)
-        warnings.extend(_health_warnings(names, health, mode))
-        warnings.extend(_unknown_source_warnings(names, health, filters))
-
-        reranked = False
-        rerank_scores: dict[int, float] = {}
-        rerank_ms = 0.0
-        if want_rerank and candidates:
-            t0 = time.perf_counter()
-            head, tail = candidates[:rerank_candidates(top_k)], candidates[rerank_candidates(top_k):]
-            try:
-                scores = self.reranker(reranker_spec).rerank(
-                    question, [embedding_text(c.title, c.headings, c.text) for c in head]
-                )
-                rerank_scores = {c.chunk_id: float(s) for c, s in zip(head, scores)}
-                candidates = sorted(head, key=lambda c: (-rerank_scores[c.chunk_id], -c.fused, c.chunk_id)) + tail
-                reranked = True
-            except RerankerUnavailable as exc:
-                warnings.append(SearchWarning("FUSED_ORDER", f"{exc.message}: results in the fused order"))
-            rerank_ms = (time.perf_counter() - t0) * 1000
-
-        question_terms = set(query_terms(question))
-        # SPEC F11, after reranking: facts that hold, then replaced ones, each group in ranked order.
-        results = tuple(
-            _result(c, question_terms, rerank_scores.get(c.chunk_id), reranked)
-            for c in order_facts(candidates[:top_k])
-        )
-        took = Took(
-            embed=embed_ms, dense=dense_ms, keyword=keyword_ms, fuse=fuse_ms, rerank=rerank_ms,
-            total=(time.perf_counter() - started) * 1000,
-        )
-        with self.pool.connection() as conn:  # SPEC F20: a count per base, day and mode; never the question
-            storage.count_search(conn, [r.base_id for r in rows], mode)
-        return SearchResponse(mode=mode, reranked=reranked, results=results, warnings=tuple(warnings),
-                              took=took, bases=tuple(names))
+    def pipeline(self) -> SearchPipeline:
+        """Return the search pipeline over this database with the shared model clients."""
+        return SearchPipeline(self.pool, self.embedder, self.reranker)
 
     # -- compare, evaluate (SPEC F15, F16) -----------------------------------
 
@@ -605,7 +521,7 @@ class Metis:
 
         return evaluation.run(
             lambda q, mode, k, rr: self._search(name, q, mode=mode, top_k=k, rerank=rr, filters=None,
-                                                embedder_for=embedder_for),
+                                                embedder_for=embedder_for, count=False),
             eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
         )
 
@@ -617,71 +533,3 @@ def _base_info(row: dict[str, Any]) -> BaseInfo:
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
         interrupted=bool(row.get("interrupted")),
     )
-
-
-def _merge_by_rank(lists: Sequence[list[retrieval.Candidate]], top_k: int) -> list[retrieval.Candidate]:
-    """Merge the fused lists of several statements (one per embedding model) by RRF over their ranks.
-
-    Each list is one statement's answer, best first (bases sharing a model were
-    already fused together in it, so their relative order is kept).
-    """
-    scored = []
-    for ranked in lists:
-        for rank, c in enumerate(ranked, start=1):
-            scored.append((1.0 / (60 + rank), c))
-    scored.sort(key=lambda sc: (-sc[0], -sc[1].fused, sc[1].chunk_id))
-    return [c for _, c in scored[:top_k]]
-
-
-def _health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) -> list[SearchWarning]:
-    """Warnings of SPEC F14 about what is indexed: nothing yet, or chunks without vectors."""
-    warnings = []
-    for name in names:
-        h = health[name]
-        if h["chunks"] == 0:
-            if h["sources"] and h["last_indexed_at"] is not None:
-                warnings.append(SearchWarning(
-                    "NO_READABLE_DOCUMENT",
-                    f"nothing is indexed in {name!r}: the sources hold no document it reads (md, txt, html, pdf, docx)",
-                ))
-            else:
-                warnings.append(SearchWarning(
-                    "NOTHING_INDEXED", f"nothing is indexed yet in {name!r}: index a folder with `metis index`"
-                ))
-        elif h["status"] == "waiting" and mode != "keyword":
-            missing = h["chunks_without_vector"]
-            if missing >= h["chunks"]:
-                text = (f"no chunk of {name!r} has a vector yet (indexed while the embedding model did not "
-                        f"answer): results by keywords")
-            else:
-                text = (f"{missing} chunks of {name!r} have no vector yet (indexed while the embedding model "
-                        f"did not answer): those are found by keywords only")
-            warnings.append(SearchWarning("NO_VECTOR_YET", text))
-    return warnings
-
-
-def _unknown_source_warnings(names: Sequence[str], health: dict[str, dict],
-                             filters: retrieval.Filters) -> list[SearchWarning]:
-    """A `sources` filter naming a source no base searched has: say so rather than find nothing silently."""
-    if not filters.sources:
-        return []
-    known = {s for name in names for s in health[name]["source_names"]}
-    unknown = [s for s in filters.sources if s not in known]
-    if not unknown:
-        return []
-    listed = ", ".join(sorted(known)) or "none"
-    return [SearchWarning(
-        "UNKNOWN_SOURCE",
-        f"no base searched has a source named {', '.join(map(repr, unknown))} (sources: {listed})",
-    )]
-
-
-def _result(c: retrieval.Candidate, question_terms: set[str], rerank: float | None, reranked: bool) -> SearchResult:
-    citation = Citation(
-        source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
-        line=None if c.page is not None else c.line, headings=c.headings, snippet=snippet(c.text, question_terms),
-    )
-    scores = Scores(dense=c.dense, dense_rank=c.dense_rank, keyword=c.keyword, keyword_rank=c.keyword_rank,
-                    fused=c.fused, rerank=rerank)
-    return SearchResult(score=rerank if reranked and rerank is not None else c.fused, text=c.text, base=c.base,
-                        citation=citation, scores=scores, chunk_id=c.chunk_id, holds=c.holds)

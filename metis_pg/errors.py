@@ -8,6 +8,7 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── InvalidInput (ValueError)      INVALID_REQUEST                 2    400
     ├── BaseExists                     BASE_EXISTS                     2    409
     ├── BaseNotFound                   BASE_NOT_FOUND                  4    404
+    ├── BaseBusy                       BASE_BUSY                       6    409
     ├── DatabaseUnavailable            DATABASE_UNAVAILABLE            5    503
     ├── SchemaOutOfDate                SCHEMA_OUT_OF_DATE              5    503
     ├── UnreadableDocument             DOCUMENT_UNREADABLE             2    422
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidInput",
     "BaseExists",
     "BaseNotFound",
+    "BaseBusy",
     "DatabaseUnavailable",
     "SchemaOutOfDate",
     "UnreadableDocument",
@@ -96,8 +98,27 @@ class BaseNotFound(MetisError):
     http_status = 404
 
 
+class BaseBusy(MetisError):
+    """Another process is indexing (or re-embedding) this base; one indexer per base at a time.
+
+    Raised after waiting ``Settings.indexer_wait_s`` for the other one to finish,
+    and by a writer that waited ``Settings.lock_timeout_s`` for the base's write lock.
+    Try again later.
+    """
+
+    code = "BASE_BUSY"
+    exit_code = 6
+    http_status = 409
+
+
 class DatabaseUnavailable(MetisError):
-    """PostgreSQL could not be reached or started, or lacks pgvector."""
+    """PostgreSQL could not be reached, started or written, or lacks pgvector.
+
+    Raised by the pool of :mod:`metis_pg.db` within ``Settings.database_wait_s``
+    for: the server down or restarting, no free connection, a full disk, a
+    read-only server, a statement over ``statement_timeout_s``, a lock not granted
+    within ``lock_timeout_s``. The message names the cause.
+    """
 
     code = "DATABASE_UNAVAILABLE"
     exit_code = 5

@@ -1,7 +1,11 @@
 """Alembic migrations, run in-process on the package's ``migrations/`` folder.
 
-``metis db upgrade`` and :func:`metis_pg.connect` call :func:`upgrade`; the app
-never creates tables itself (SPEC architecture).
+``metis db upgrade``, ``metis serve`` and ``metis demo`` call :func:`upgrade`; the app
+never creates tables itself (SPEC architecture). Every other command and
+:func:`metis_pg.connect` only read the stored revision (:func:`check_revision`, one
+query, no Alembic import): a database behind the code raises
+:class:`~metis_pg.errors.SchemaOutOfDate` naming the command to run, and a database
+with no metis schema at all (a new one) is created.
 """
 
 from __future__ import annotations
@@ -9,16 +13,22 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from typing import TYPE_CHECKING
 
-from .db import sqlalchemy_url
-from .errors import DatabaseUnavailable
+import psycopg
 
-__all__ = ["upgrade", "downgrade", "current_revision", "head_revision", "is_at_head"]
+from .config import Settings
+from .db import DATABASE_ERRORS, cause_of, sqlalchemy_url
+from .errors import DatabaseUnavailable, SchemaOutOfDate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from alembic.config import Config
+
+__all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_revision", "is_at_head",
+           "check_revision"]
+
+#: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
+SCHEMA_REVISION = "0008"
 
 
 def _migrations_dir() -> Path:
@@ -32,27 +42,50 @@ def _migrations_dir() -> Path:
     raise DatabaseUnavailable("the Alembic migrations folder of metis_pg is missing from this installation")
 
 
-def _config(dsn: str) -> Config:
+def _config(dsn: str) -> "Config":
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
     return cfg
 
 
+def _engine(dsn: str, settings: Settings):
+    """An engine whose connections connect within ``database_wait_s`` and wait for a lock at most
+    ``lock_timeout_s``: a migration waiting for ACCESS EXCLUSIVE would queue every later search."""
+    from sqlalchemy import create_engine, event
+
+    engine = create_engine(sqlalchemy_url(dsn), poolclass=None,
+                           connect_args={"connect_timeout": max(2, round(settings.database_wait_s))})
+
+    @event.listens_for(engine, "connect")
+    def _bounded_waits(dbapi_connection, _record) -> None:
+        with dbapi_connection.cursor() as cur:
+            cur.execute("SELECT set_config('lock_timeout', %s, false)", (f"{round(settings.lock_timeout_s * 1000)}ms",))
+        dbapi_connection.commit()
+
+    return engine
+
+
 def _run(dsn: str, action) -> None:
     cfg = _config(dsn)
-    engine = create_engine(sqlalchemy_url(dsn), poolclass=None)
+    settings = Settings.from_env()
+    engine = _engine(dsn, settings)
     try:
         try:
             connection = engine.connect()
         except Exception as exc:  # in the user's terms: the search never got to a migration
-            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {getattr(exc, 'orig', None) or exc}") from exc
+            orig = getattr(exc, "orig", None) or exc
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
         try:
             with connection, connection.begin():
                 cfg.attributes["connection"] = connection
                 action(cfg)
         except Exception as exc:
-            raise DatabaseUnavailable(f"migration failed: {exc}") from exc
+            orig = getattr(exc, "orig", None) or exc
+            why = cause_of(orig, settings) if isinstance(orig, DATABASE_ERRORS) else str(exc)
+            raise DatabaseUnavailable(f"migration failed: {why}") from exc
     finally:
         engine.dispose()
 
@@ -63,25 +96,43 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     Raises:
         DatabaseUnavailable: the database cannot be reached or a migration failed.
     """
+    from alembic import command
+
     _run(dsn, lambda cfg: command.upgrade(cfg, revision))
 
 
 def downgrade(dsn: str, revision: str) -> None:
     """Downgrade the database at `dsn` to `revision` (``"base"`` drops everything)."""
+    from alembic import command
+
     _run(dsn, lambda cfg: command.downgrade(cfg, revision))
 
 
 def head_revision() -> str:
     """Return the newest revision id shipped with this package."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config("postgresql://x")).get_current_head()
 
 
 def current_revision(dsn: str) -> str | None:
-    """Return the revision the database at `dsn` is at (None: never migrated)."""
-    engine = create_engine(sqlalchemy_url(dsn))
+    """Return the revision the database at `dsn` is at (None: never migrated).
+
+    Raises:
+        DatabaseUnavailable: the database cannot be reached.
+    """
+    from alembic.runtime.migration import MigrationContext
+
+    settings = Settings.from_env()
+    engine = _engine(dsn, settings)
     try:
         with engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
+    except Exception as exc:
+        orig = getattr(exc, "orig", None) or exc
+        if isinstance(orig, DATABASE_ERRORS):
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
+        raise
     finally:
         engine.dispose()
 
@@ -89,3 +140,42 @@ def current_revision(dsn: str) -> str | None:
 def is_at_head(dsn: str) -> bool:
     """True when the database at `dsn` is at the newest revision."""
     return current_revision(dsn) == head_revision()
+
+
+def stored_revision(conn: psycopg.Connection) -> str | None:
+    """Return the revision stored in the database (None: no metis schema there yet)."""
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    return row[0] if row else None
+
+
+def check_revision(conn: psycopg.Connection, dsn: str) -> bool:
+    """Make sure the schema is the one this code is written for, without running Alembic if it is.
+
+    A database with no metis schema (new) is created with :func:`upgrade`; then True
+    is returned (connections opened before it lack the pgvector types: open new ones).
+
+    Raises:
+        SchemaOutOfDate: the schema is at another revision than :data:`SCHEMA_REVISION`
+            (older: run ``metis db upgrade``; newer: upgrade metis_pg).
+        DatabaseUnavailable: creating the schema failed.
+    """
+    revision = stored_revision(conn)
+    conn.commit()
+    if revision == SCHEMA_REVISION:
+        return False
+    if revision is None:
+        upgrade(dsn)
+        return True
+    if revision < SCHEMA_REVISION:
+        raise SchemaOutOfDate(
+            f"the database schema is at revision {revision}, this metis_pg needs {SCHEMA_REVISION}: "
+            f"run `metis db upgrade` (Alembic migrations; back up first)"
+        )
+    raise SchemaOutOfDate(
+        f"the database schema is at revision {revision}, newer than this metis_pg knows ({SCHEMA_REVISION}): "
+        f"upgrade metis_pg"
+    )

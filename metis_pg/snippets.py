@@ -12,6 +12,7 @@ Cut ends are marked with ``…`` (counted in the 240).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from .tokenizer import fold, terms as text_terms
 
@@ -32,35 +33,33 @@ def _sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def snippet(text: str, question_terms: set[str] | frozenset[str], max_chars: int = SNIPPET_MAX_CHARS) -> str:
+def snippet(text: str, question_terms: Collection[str], max_chars: int = SNIPPET_MAX_CHARS) -> str:
     """Return at most `max_chars` characters of `text` around its best sentence.
 
     Args:
         text: the passage.
-        question_terms: the question's terms (``tokenizer.query_terms``).
+        question_terms: the question's terms (``tokenizer.query_terms``), in any order.
         max_chars: the limit, in characters, ellipses included.
     """
     text = " ".join(text.split())  # one line: snippets are shown under a heading
     if len(text) <= max_chars:
         return text
+    wanted = frozenset(question_terms)
     spans = _sentences(text) or [(0, len(text))]
     best, best_hits = spans[0], -1
     for span in spans:
-        hits = len(question_terms.intersection(text_terms(text[span[0]:span[1]])))
+        hits = len(wanted.intersection(text_terms(text[span[0]:span[1]])))
         if hits > best_hits:
             best, best_hits = span, hits
     start, end = best
     room = max_chars - 2  # two ellipses at most
     if end - start > room:
         # Centre the window on the sentence's first question term.
-        anchor = start
         # Folded offsets drift a little where folding changes length (ß → ss): fine for a centre.
+        # The earliest term wins, whatever order the terms come in: the same snippet in every process.
         lowered = fold(text[start:end])
-        for term in question_terms:
-            at = lowered.find(term)
-            if at >= 0:
-                anchor = start + at
-                break
+        found = [at for at in (lowered.find(term) for term in question_terms) if at >= 0]
+        anchor = start + min(found) if found else start
         start = max(start, min(anchor - room // 3, end - room))
         end = start + room
     else:

@@ -6,8 +6,10 @@ way (SPEC F3): a search never sees half a document, and a process killed in
 the middle leaves the last committed state. The indexer writes documents in
 batches (:func:`write_documents`, one transaction for several documents), which
 keeps this guarantee for each of them. Writers of one base take a
-transaction-level advisory lock on it, so BM25 statistics rows are updated by
-one writer at a time (no deadlocks between two indexers of the same base).
+transaction-level advisory lock on it (:func:`lock_base`), so BM25 statistics
+rows are updated by one writer at a time; a writer that waits longer than
+``Settings.lock_timeout_s`` for it gets :class:`~metis_pg.errors.BaseBusy`.
+One indexer (or re-embedder) per base runs at a time (:func:`indexer_session`).
 
 Postings have no foreign key (a check per posting would halve indexing speed):
 this module deletes them explicitly wherever a chunk goes.
@@ -15,6 +17,7 @@ this module deletes them explicitly wherever a chunk goes.
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -29,9 +32,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from . import sqlfiles
+from . import db, sqlfiles
 from .chunking import Chunk, embedding_text
-from .errors import BaseExists, BaseNotFound, DatabaseUnavailable, InvalidInput
+from .config import Settings
+from .errors import BaseBusy, BaseExists, BaseNotFound, ConfigError, DatabaseUnavailable, InvalidInput
 from .tokenizer import terms as text_terms
 
 __all__ = [
@@ -57,7 +61,10 @@ __all__ = [
     "switch_embedding",
     "delete_other_vectors",
     "count_search",
+    "record_search",
 ]
+
+log = logging.getLogger(__name__)
 
 # A transaction-level advisory lock per base: key space 1 is ours.
 _LOCK_SPACE = 0x6D65
@@ -85,41 +92,91 @@ class DocumentMeta:
     size_bytes: int
 
 
+def _advisory(conn: psycopg.Connection, query: str, params: tuple) -> Any:
+    """Run an advisory-lock function; a role refused them (migration 0008) is told how to fix it."""
+    try:
+        return conn.execute(query, params).fetchone()[0]
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise ConfigError(
+            "this database role may not take advisory locks (migration 0008 revoked them from PUBLIC): "
+            "run `GRANT EXECUTE ON FUNCTION pg_advisory_lock(integer, integer), pg_try_advisory_lock(integer, integer),"
+            " pg_advisory_xact_lock(integer, integer), pg_try_advisory_xact_lock(integer, integer) TO <role>`"
+            " as a superuser (docs/sql-views.md)"
+        ) from exc
+
+
 def lock_base(conn: psycopg.Connection, base_id: int) -> None:
-    """Take the base's write lock until the end of the current transaction."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, base_id))
+    """Take the base's write lock until the end of the current transaction.
+
+    Waits at most the connection's ``lock_timeout`` (``Settings.lock_timeout_s`` on pooled
+    connections) for another writer of the base.
+
+    Raises:
+        BaseBusy: another session held the base's write lock for longer than that.
+    """
+    if _advisory(conn, "SELECT pg_try_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, base_id)):
+        return
+    row = conn.execute(
+        "SELECT name, current_setting('lock_timeout') FROM bases WHERE base_id = %s", (base_id,)
+    ).fetchone()
+    name, waited = row if row else (str(base_id), "lock_timeout")
+    try:
+        _advisory(conn, "SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SPACE, base_id))
+    except psycopg.errors.LockNotAvailable as exc:
+        raise BaseBusy(
+            f"base {name!r} is being written by another session: its write lock was not free within {waited}"
+            " (setting lock_timeout_s); try again"
+        ) from exc
 
 
-# A session-level advisory lock per base, held (shared) by every running indexer
-# for as long as it runs: a base shows 'indexing' only while a live process holds
-# it (sql/bases/*.sql read pg_locks). A killed process's lock goes with its
-# connection, so a crash never leaves a base 'indexing' for ever.
+# A session-level advisory lock per base, held (exclusive) by the one running indexer or
+# re-embedder for as long as it runs: a base shows 'indexing' only while a live process holds
+# it (the SQL function base_state, migration 0008, reads pg_locks with this key space). A killed
+# process's lock goes with its connection, so a crash never leaves a base 'indexing' for ever.
 INDEXER_LOCK_SPACE = 0x6D69
 
 
 @contextmanager
-def indexer_session(pool: ConnectionPool, base_id: int) -> Iterator[None]:
-    """Hold the base's indexer lock (shared, session-level) for the block, on a connection of its own.
+def indexer_session(pool: ConnectionPool, base_id: int, *, wait_s: float | None = None) -> Iterator[None]:
+    """Be the one indexer of the base for the block: hold its indexer lock on a connection of its own.
 
     Not a pooled connection: the block itself needs the pool, and many indexing
     jobs at once must not exhaust it. Closing the connection releases the lock.
+    A second indexer of the same base waits up to `wait_s` for the first to finish.
+
+    Args:
+        wait_s: seconds to wait for another indexer of the base; None = ``Settings.indexer_wait_s``
+            (the pool's settings).
 
     Raises:
+        BaseBusy: another process indexes (or re-embeds) the base, and went on for `wait_s`.
         DatabaseUnavailable: no connection to the pool's database.
     """
-    try:
-        conn = psycopg.connect(pool.conninfo, autocommit=True, application_name="metis indexer")
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"could not connect to PostgreSQL: {exc}") from exc
+    settings = getattr(pool, "settings", None) or Settings.from_env()
+    wait = settings.indexer_wait_s if wait_s is None else wait_s
+    conn = db.connect(pool.conninfo, settings, autocommit=True, application_name="metis indexer")
     with conn:
-        conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+        try:
+            if wait > 0:
+                conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(wait * 1000))}ms",))
+                _advisory(conn, "SELECT pg_advisory_lock(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+            elif not _advisory(conn, "SELECT pg_try_advisory_lock(%s, %s)", (INDEXER_LOCK_SPACE, base_id)):
+                raise psycopg.errors.LockNotAvailable("busy")
+        except psycopg.errors.LockNotAvailable as exc:
+            row = conn.execute("SELECT name FROM bases WHERE base_id = %s", (base_id,)).fetchone()
+            raise BaseBusy(
+                f"base {row[0] if row else base_id!r} is being indexed by another process"
+                f" (waited {wait:g} s, setting indexer_wait_s): try again when it has finished"
+            ) from exc
+        except db.DATABASE_ERRORS as exc:
+            raise db.unavailable(exc, settings) from exc
         try:
             yield
         finally:
             # Released here, not by closing: the server ends a closed session a moment later,
             # and a status read in that moment would still see the lock.
-            with suppress(psycopg.OperationalError):  # a broken session took its lock with it
-                conn.execute("SELECT pg_advisory_unlock_shared(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+            with suppress(psycopg.Error):  # a broken session took its lock with it
+                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
 
 
 def new_document_id(conn: psycopg.Connection) -> int:
@@ -148,6 +205,7 @@ def delete_other_vectors(conn: psycopg.Connection, base_id: int, model: str) -> 
     """Delete the base's vectors of every model but `model`; return how many."""
     with conn.transaction():
         lock_base(conn, base_id)
+        conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
         return conn.execute(
             "DELETE FROM embeddings WHERE base_id = %s AND model <> %s", (base_id, model)
         ).rowcount
@@ -198,7 +256,7 @@ def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[s
     """Return every base (or the one called `name`) with document and chunk counts."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
-            sqlfiles.load("bases/list"), {"name": name, "lock_space": INDEXER_LOCK_SPACE}
+            sqlfiles.load("bases/list"), {"name": name}
         ).fetchall()
 
 
@@ -206,7 +264,7 @@ def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[
     """Return name, status, last_indexed_at, chunks, sources, source_names, chunks_without_vector (if waiting) per base."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
-            sqlfiles.load("bases/health"), {"base_ids": list(base_ids), "lock_space": INDEXER_LOCK_SPACE}
+            sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}
         ).fetchall()
 
 
@@ -219,6 +277,7 @@ def drop_base(conn: psycopg.Connection, name: str) -> None:
     with conn.transaction():
         base = get_base(conn, name)
         lock_base(conn, base.base_id)
+        conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
         conn.execute("DELETE FROM postings WHERE base_id = %s", (base.base_id,))
         conn.execute("DELETE FROM bases WHERE base_id = %s", (base.base_id,))
 
@@ -288,7 +347,24 @@ def delete_document(conn: psycopg.Connection, base_id: int, document_id: int) ->
     """Delete a document with its chunks, vectors, postings and BM25 statistics, in one transaction."""
     with conn.transaction():
         lock_base(conn, base_id)
+        conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
         _delete_document_rows(conn, base_id, document_id)
+
+
+#: Milliseconds a write transaction's statements may take per chunk written, on top of
+#: ``statement_timeout``: measured 5.5 ms per chunk for a 2,000-chunk document at load 6 on
+#: 2 cores (the whole transaction, Python included); ten times that covers a 20 MB file.
+_MS_PER_CHUNK = 50
+
+
+def _allow_for(conn: psycopg.Connection, chunks: int) -> None:
+    """Raise this transaction's statement_timeout by _MS_PER_CHUNK per chunk (0 stays no limit)."""
+    conn.execute(
+        "SELECT set_config('statement_timeout', CASE WHEN current_setting('statement_timeout') = '0' THEN '0'"
+        " ELSE (round(extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)"
+        "       + %s::bigint * %s)::bigint::text END, true)",
+        (chunks, _MS_PER_CHUNK),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +430,7 @@ def write_documents(
     chunk_terms = [[text_terms(embedding_text(c.title, c.headings, c.text)) for c in d.chunks] for d in documents]
     with conn.transaction():
         lock_base(conn, base_id)
+        _allow_for(conn, 2 * sum(len(d.chunks) for d in documents))  # the chunks written and those replaced
         for d in documents:
             if d.replaces is not None:
                 _delete_document_rows(conn, base_id, d.replaces)
@@ -469,13 +546,41 @@ def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequ
             _copy_vectors(cur, base_id, model, [r for r in rows if r[0] in live])
 
 
+#: Causes (SQLSTATE or class) of failed search counts already logged: each is logged once per process.
+_count_failures: set[str] = set()
+
+
 def count_search(conn: psycopg.Connection, base_ids: Sequence[int], mode: str) -> None:
     """Add one search of `mode` for today (UTC) to each base (SPEC F20); the question is never stored.
 
-    A base dropped since the search began is skipped (its counts went with it).
+    Best-effort: a count that cannot be written (a full disk, a read-only server, a
+    lost connection, a timeout) never fails the search; each cause is logged once
+    at WARNING. A base dropped since the search began is skipped (its counts went with it).
     """
     try:
         with conn.transaction():
             conn.execute(sqlfiles.load("storage/count_search"), {"base_ids": sorted(set(base_ids)), "mode": mode})
     except psycopg.errors.ForeignKeyViolation:
         pass
+    except psycopg.Error as exc:
+        _count_failed(exc)
+
+
+def record_search(pool: ConnectionPool, base_ids: Sequence[int], mode: str) -> None:
+    """:func:`count_search` on a connection of `pool`; no free connection is a failed count too.
+
+    For the search pipeline: nothing about counting a search can fail it.
+    """
+    try:
+        with pool.connection() as conn:
+            count_search(conn, base_ids, mode)
+    except (DatabaseUnavailable, psycopg.Error) as exc:
+        _count_failed(exc)
+
+
+def _count_failed(exc: BaseException) -> None:
+    key = getattr(exc, "sqlstate", None) or type(exc).__name__
+    if key not in _count_failures:
+        _count_failures.add(key)
+        cause = exc.message if isinstance(exc, DatabaseUnavailable) else db.cause_of(exc)
+        log.warning("a search was not counted (searches_per_day): %s; searches still answer", cause)

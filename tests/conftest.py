@@ -8,7 +8,9 @@ started the session FAILS: these tests never skip for want of a database.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +22,18 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
-def dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
+def dsn() -> Iterator[str]:
     url = os.environ.get("METIS_DATABASE_URL")
+    home = None
     if not url:
-        url = db.embedded_dsn(tmp_path_factory.mktemp("metis-home") / "pgdata")
+        # Not under pytest's basetemp: a second pytest session of the same user resets
+        # /tmp/pytest-of-<user> to 0700, and the server (run as the user pgserver) then
+        # loses its data folder. /var/tmp is world-traversable already.
+        home = Path(tempfile.mkdtemp(prefix="metis-test-", dir="/var/tmp"))
+        url = db.embedded_dsn(home / "pgdata")
     migrate.upgrade(url)
-    return url
+    yield url
+    # The folder stays: the server stops only at exit (pgserver's cleanup), after any teardown.
 
 
 @pytest.fixture(scope="session")

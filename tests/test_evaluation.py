@@ -9,7 +9,7 @@ import pytest
 import pytrec_eval
 
 import metis_pg
-from metis_pg import datasets, evaluation
+from metis_pg import evaluation
 from metis_pg.evaluation import Judgment, mrr_at_k, ndcg_at_k, query_type, ranked_units, recall_at_k
 from metis_pg.readers import read_document
 
@@ -132,12 +132,6 @@ def test_a_grade_above_3_is_refused():
     with pytest.raises(metis_pg.InvalidInput, match="grade"):
         evaluation.eval_set_from_dict({"queries": [{"question": "q", "relevant": [{"document": "a.md", "grade": 4}]}]},
                                       name="x")
-
-
-def test_every_shared_converter_reads_its_folder(shared_data):
-    counts = {name: len(datasets.convert(shared_data / name).queries) for name in datasets.CONVERTERS}
-    assert counts == {"gno-fastapi-multilingual": 13, "gno-cjk-lexical": 25, "gno-evals-multilingual": 37,
-                      "qmd-eval-docs": 25}
 
 
 EVAL_CORPUS = {

@@ -149,6 +149,15 @@ def test_a_top_k_over_50_gets_every_result_the_rest_in_fused_order(metis, items_
     assert all(r.scores.rerank is None and r.score == r.scores.fused for r in answer.results[50:])
 
 
+def test_compare_keeps_the_fused_tail_past_the_reranked_50(metis, items_base, reranker):
+    answer = metis.search(items_base, QUESTION, top_k=55)
+    compared = metis.compare(items_base, QUESTION, top_k=55)
+    ranked = sorted((p for p in compared.passages if p.hybrid_rank), key=lambda p: p.hybrid_rank)
+    assert compared.reranked is True
+    assert [p.chunk_id for p in ranked] == [r.chunk_id for r in answer.results]
+    assert [p.hybrid_rank for p in ranked] == list(range(1, 56))
+
+
 def test_equal_keyword_scores_rank_by_chunk_id_whatever_the_plan(metis, items_base):
     """Items with the same number of "harbour" score the same: chunk_id breaks the tie, before and after ANALYZE.
 

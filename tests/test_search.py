@@ -15,6 +15,7 @@ from metis_pg import retrieval, sqlfiles, storage
 from metis_pg.chunking import Chunk, embedding_text
 from metis_pg.tokenizer import query_terms, terms
 
+import hash_embedder
 from corpus import write_corpus
 
 CORPUS = {
@@ -27,11 +28,14 @@ CORPUS = {
 }
 
 
-@pytest.fixture()
-def small_base(metis: metis_pg.Metis, base_name: str, tmp_path: Path) -> str:
-    report = metis.index(base_name, write_corpus(tmp_path / "kb", CORPUS))
+@pytest.fixture(scope="module")
+def small_base(metis: metis_pg.Metis, tmp_path_factory: pytest.TempPathFactory):
+    """The six-file base, indexed once for the module (its tests only read it)."""
+    name = f"t-small-{uuid.uuid4().hex[:8]}"
+    report = metis.index(name, write_corpus(tmp_path_factory.mktemp("kb"), CORPUS))
     assert report.new == len(CORPUS) and not report.failed
-    return base_name
+    yield name
+    metis.drop_base(name)
 
 
 def bm25_reference(chunk_terms: dict[int, list[str]], question: list[str], k1: float = 1.2, b: float = 0.75):
@@ -318,3 +322,36 @@ def test_keyword_leg_with_pruning_keeps_filters(metis, zipf_base):
     expected = {cid: s for cid, s in everywhere.items() if cid in kept}
     assert len(kept) == 111 and {c.chunk_id for c in found} <= kept
     assert [c.keyword for c in found] == pytest.approx(sorted(expected.values(), reverse=True)[:50], abs=1e-9)
+
+
+def test_bm25_equals_bm25s_on_a_real_corpus(metis, base_name, shared_data):
+    """The keyword leg against bm25s (Lucene BM25, same idf; Lucene drops the constant (k1 + 1)
+    factor, so our scores are bm25s' times 2.2) on qmd's six real documents and its 24 questions."""
+    import json
+
+    import bm25s
+
+    folder = shared_data / "qmd-eval-docs"
+    with hash_embedder.serve() as url:
+        metis.create_base(base_name, embedding_model=hash_embedder.MODEL, embedding_url=url,
+                          embedding_dim=hash_embedder.DIM)
+        metis.index(base_name, folder / "corpus")
+    with metis.pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT c.chunk_id, c.title, c.headings, c.text FROM chunks c JOIN bases b USING (base_id)"
+            " WHERE b.name = %s ORDER BY c.chunk_id", (base_name,)
+        ).fetchall()
+    chunk_ids = [r[0] for r in rows]
+    oracle = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
+    oracle.index([terms(embedding_text(t, h, x)) for _, t, h, x in rows], show_progress=False)
+    questions = [q["query"] for q in json.loads((folder / "eval-queries.json").read_text(encoding="utf-8"))]
+    assert len(questions) == 24 and len(rows) > 30
+    for question in questions:
+        q = [t for t in dict.fromkeys(query_terms(question)) if t in oracle.vocab_dict]
+        expected = dict(zip(chunk_ids, oracle.get_scores(q) * 2.2)) if q else {}
+        expected = {cid: s for cid, s in expected.items() if s > 0}
+        top = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[:50]
+        got = [(r.chunk_id, r.scores.keyword) for r in metis.search(base_name, question, mode="keyword", top_k=50).results]
+        assert [cid for cid, _ in got] == [cid for cid, _ in top], question
+        for (_, score), (_, want) in zip(got, top):
+            assert score == pytest.approx(want, rel=1e-5), question

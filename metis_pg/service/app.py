@@ -119,9 +119,9 @@ def create_app(
     Raises:
         ConfigError: a token too short, a source root that is not a folder, a limit not positive.
     """
-    token_list = parse_tokens(os.environ.get("METIS_API_TOKENS") if tokens is None else tokens)
-    roots = parse_source_roots(os.environ.get("METIS_SOURCE_ROOTS") if source_roots is None else source_roots)
     settings = settings or Settings.from_env()
+    token_list = parse_tokens(settings.api_tokens if tokens is None else tokens)
+    roots = parse_source_roots(settings.source_roots if source_roots is None else source_roots)
     limits = Limits.resolve(
         settings, max_body_bytes=max_body_bytes, max_inflight_searches=max_inflight_searches,
         request_read_timeout_s=request_read_timeout_s, keep_alive_timeout_s=keep_alive_timeout_s,

@@ -36,6 +36,7 @@ from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..api import Metis, connect
+from ..config import Settings
 from ..errors import ConfigError, MetisError, Overloaded, RequestTimeout
 from .app import create_app
 from .errors import error_headers
@@ -167,12 +168,12 @@ def serve(
     Raises:
         ConfigError: `host` is not loopback and no token is configured; a bad setting.
     """
-    token_list = parse_tokens(os.environ.get("METIS_API_TOKENS") if tokens is None else tokens)
+    token_list = parse_tokens(Settings.from_env().api_tokens if tokens is None else tokens)
     check_bind(host, token_list)
     logging_config = service_log_config(log_level)
     logging.config.dictConfig(logging_config)
     if metis is None:
-        metis = connect(dsn)
+        metis = connect(dsn, upgrade=True)  # metis serve migrates to head (other commands only check)
     try:
         app = create_app(metis, tokens=token_list, source_roots=source_roots)
         limits: Limits = app.state.limits

@@ -1,9 +1,10 @@
 """The service's settings: tokens, source roots, limits; parsing and the bind check.
 
-Every setting of ``metis serve`` is listed in :data:`SETTINGS` (documented in
-docs/http.md, checked by a test). Arguments of :func:`~metis_pg.service.create_app`
-and :func:`~metis_pg.service.serve` win over the environment. The limits and the
-model URL allow-list are fields of :class:`metis_pg.config.Settings`.
+Every setting of ``metis serve`` is a field of :class:`metis_pg.config.Settings`
+(environment ``METIS_<NAME>``, docs/settings.md); :data:`SETTINGS` names them
+(documented in docs/http.md, checked by a test). Arguments of
+:func:`~metis_pg.service.create_app` and :func:`~metis_pg.service.serve` win over
+the environment.
 """
 
 from __future__ import annotations
@@ -24,26 +25,24 @@ __all__ = [
     "SETTINGS",
     "parse_tokens",
     "parse_source_roots",
-    "parse_max_body_bytes",
     "is_loopback",
     "check_bind",
 ]
 
 #: Largest request body in bytes (``METIS_MAX_BODY_BYTES``); more is HTTP 413.
-DEFAULT_MAX_BODY_BYTES = 1_000_000
+DEFAULT_MAX_BODY_BYTES: int = Settings.model_fields["max_body_bytes"].default
 #: Shortest bearer token accepted in ``METIS_API_TOKENS``.
 MIN_TOKEN_CHARS = 16
 
+#: The fields of :class:`~metis_pg.config.Settings` the service reads.
+SERVICE_FIELDS = (
+    "api_tokens", "source_roots", "max_body_bytes", "max_inflight_searches", "request_read_timeout_s",
+    "keep_alive_timeout_s", "max_connections", "model_url_allow_hosts",
+)
 #: (environment variable, default, help): every setting of the service, documented in docs/http.md.
-SETTINGS: tuple[tuple[str, str, str], ...] = (
-    ("METIS_API_TOKENS", "", "bearer tokens, comma-separated, 16+ characters each; none: loopback only"),
-    ("METIS_SOURCE_ROOTS", "", "folders indexing through HTTP may read, colon-separated; none: indexing refused"),
-    ("METIS_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest request body in bytes; more is HTTP 413"),
-    ("METIS_MAX_INFLIGHT_SEARCHES", "8 x cores", "searches and compares computed at once; more: 503 OVERLOADED"),
-    ("METIS_REQUEST_READ_TIMEOUT_S", "10", "seconds to send a request's headers, and again its body; else 408"),
-    ("METIS_KEEP_ALIVE_TIMEOUT_S", "5", "seconds an idle keep-alive connection is kept open"),
-    ("METIS_MAX_CONNECTIONS", "512", "open connections at most; one more is answered 503 OVERLOADED and closed"),
-    ("METIS_MODEL_URL_ALLOW_HOSTS", "", "host[:port], comma-separated: model URLs a base created over HTTP may name"),
+SETTINGS: tuple[tuple[str, str, str], ...] = tuple(
+    (f"METIS_{name.upper()}", "" if info.default_factory else str(info.default), info.description or "")
+    for name, info in Settings.model_fields.items() if name in SERVICE_FIELDS
 )
 
 
@@ -80,7 +79,7 @@ class Limits:
         for f in fields(cls):
             value = given.get(f.name)
             if value is None:
-                value = parse_max_body_bytes(None) if f.name == "max_body_bytes" else getattr(settings, f.name)
+                value = getattr(settings, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{f.name} must be a positive number, not {value!r}")
             values[f.name] = value
@@ -124,20 +123,6 @@ def parse_source_roots(value: str | Sequence[str | os.PathLike] | None) -> tuple
             raise ConfigError(f"source root {str(item)!r} of METIS_SOURCE_ROOTS is not a folder")
         roots.append(root)
     return tuple(dict.fromkeys(roots))
-
-
-def parse_max_body_bytes(value: int | None) -> int:
-    """Return `value`, or ``METIS_MAX_BODY_BYTES`` when None (default :data:`DEFAULT_MAX_BODY_BYTES`), in bytes.
-
-    Raises:
-        ConfigError: not a positive whole number of bytes.
-    """
-    if value is not None:
-        return value
-    raw = os.environ.get("METIS_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"METIS_MAX_BODY_BYTES must be a positive number of bytes, not {raw!r}")
-    return int(raw)
 
 
 def is_loopback(host: str) -> bool:

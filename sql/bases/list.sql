@@ -1,21 +1,17 @@
 -- Bases with their health: documents, chunks, chunks without a vector of the base's model, status.
--- Parameters: %(name)s text (NULL = every base), %(lock_space)s int (storage.INDEXER_LOCK_SPACE).
+-- Parameters: %(name)s text (NULL = every base).
 -- Returns: base_id, name, kind, spec, status, interrupted, last_indexed_at, documents, chunks,
 --          chunks_without_vector.
 --
--- Status (SPEC F3): 'indexing' only while a live indexer holds the base's session-level
--- advisory lock (key (lock_space, base_id): base_is_indexing, migration 0005); a base whose row still says
+-- Status (SPEC F3) and interrupted come from the SQL function base_state (migration 0008), the
+-- one rule every reader uses (bases/health.sql, the view metis.base_health_v2): 'indexing' only
+-- while a live indexer holds the base's session-level advisory lock; a base whose row still says
 -- 'indexing' but whose indexer is gone (a killed process) shows 'waiting' when chunks lack a
 -- vector, else 'ready', with interrupted = true: the next `metis index` finishes the job.
-SELECT b.base_id, b.name, b.kind, b.spec,
-       CASE WHEN live.indexing THEN 'indexing'
-            WHEN b.status = 'indexing' THEN CASE WHEN h.chunks_without_vector > 0 THEN 'waiting' ELSE 'ready' END
-            ELSE b.status
-       END AS status,
-       (b.status = 'indexing' AND NOT live.indexing) AS interrupted,
+SELECT b.base_id, b.name, b.kind, b.spec, st.status, st.interrupted,
        b.last_indexed_at, h.documents, h.chunks, h.chunks_without_vector
 FROM bases AS b
-CROSS JOIN LATERAL (SELECT base_is_indexing(b.base_id, %(lock_space)s::int) AS indexing) AS live
+CROSS JOIN LATERAL base_state(b.base_id) AS st
 CROSS JOIN LATERAL (
     SELECT (SELECT count(*) FROM documents AS d WHERE d.base_id = b.base_id) AS documents,
            (SELECT count(*) FROM chunks AS c WHERE c.base_id = b.base_id) AS chunks,

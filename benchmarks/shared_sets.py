@@ -1,5 +1,7 @@
 """Converters of the shared evaluation sets that are not BEIR into our evaluation format.
 
+Benchmark code, not part of the package: the sets live in ``../shared/data``.
+
 Each reads a folder of ``../shared/data`` in place (nothing is copied) and
 returns an :class:`~metis_pg.evaluation.EvalSet` whose ``corpus`` is the set's
 own folder of Markdown documents; document ids become paths relative to it.
@@ -18,7 +20,7 @@ qmd-eval-docs               ``eval-deep-research.jsonl`` (25, default) or ``eval
 
 BEIR folders (cranfield, agentset-*) need no converter: :func:`metis_pg.evaluation.load_beir`.
 
-Command line: ``python -m metis_pg.datasets <folder> [--variant queries] -o set.json``
+Command line: ``python benchmarks/shared_sets.py <folder> [--variant queries] -o set.json``
 writes the set in our JSON format (``docs/evaluation.md``), for ``metis eval set.json``.
 """
 
@@ -30,8 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidInput
-from .evaluation import EvalQuery, EvalSet, Judgment
+from metis_pg.errors import InvalidInput
+from metis_pg.evaluation import EvalQuery, EvalSet, Judgment
 
 __all__ = ["CONVERTERS", "convert", "to_json", "gno_fastapi", "gno_cjk", "gno_evals", "qmd_eval"]
 
@@ -177,7 +179,7 @@ def to_json(eval_set: EvalSet) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m metis_pg.datasets", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/shared_sets.py", description=__doc__.split("\n")[0])
     parser.add_argument("folder", type=Path, help="a folder of ../shared/data with a converter")
     parser.add_argument("--variant", default=None, help="queries / adversarial (gno-evals), queries (qmd)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the JSON file to write")

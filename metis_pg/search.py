@@ -1,0 +1,363 @@
+"""The search pipeline: embed → statement → rerank → memory order → results (SPEC F5-F14).
+
+One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
+:func:`~metis_pg.compare.compare` and :meth:`Metis.evaluate
+<metis_pg.api.Metis.evaluate>`, so the three never drift apart:
+
+1. **Embed** the question once per embedding model (``embedder_for(spec)``). A model
+   that does not answer turns a hybrid search into a keyword one (warning
+   ``KEYWORD_ONLY``) and refuses a dense one (:class:`EmbeddingModelUnavailable`).
+2. **Statement**: bases sharing an embedding model *and* BM25/RRF parameters are
+   searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
+   filters inside both legs); each group uses its own bases' k1, b and rrf_k.
+   Groups (bases of different models or parameters) are merged by RRF over their
+   fused ranks, each list with its own rrf_k (Cormack, Clarke & Buettcher, SIGIR 2009).
+3. **Rerank** the best ``rerank_candidates(top_k)`` fused passages when the bases
+   have a reranker (SPEC F8); past those the fused order is kept. Bases naming
+   different rerankers are not reranked (their scores are not comparable): the
+   answer keeps the fused order and says so (``FUSED_ORDER``).
+4. **Memory order** (SPEC F11): facts that still hold before replaced ones, each
+   group in its ranked order.
+5. **Warnings** about what is indexed (``NOTHING_INDEXED``, ``NO_READABLE_DOCUMENT``,
+   ``NO_VECTOR_YET``) and about the filters (``UNKNOWN_SOURCE``).
+
+A search adds one to each base's count for the day (SPEC F20) unless asked not to
+(evaluation runs are not searches anyone made).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from . import retrieval, storage
+from .chunking import embedding_text
+from .config import BaseSpec
+from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
+from .memories import order_facts
+from .models.embed import Embedder
+from .models.rerank import Reranker
+from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
+from .snippets import snippet
+from .tokenizer import query_terms
+
+__all__ = [
+    "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "SearchRequest", "Ranked", "SearchPipeline",
+    "check_request", "rerank_candidates", "statement_key", "to_response",
+]
+
+MODES = ("hybrid", "dense", "keyword")
+#: Results a search may ask for at most.
+MAX_TOP_K = 100
+#: Characters a question may hold at most.
+MAX_QUESTION_CHARS = 2000
+
+
+def check_request(names: Sequence[str], question: str, top_k: int, mode: str = "hybrid") -> None:
+    """Check what a search or a compare is asked, in the order a caller reads the errors.
+
+    Raises:
+        InvalidInput: no base, an unknown mode, top_k not an integer from 1 to MAX_TOP_K,
+            an empty question or one over MAX_QUESTION_CHARS characters.
+    """
+    if not names:
+        raise InvalidInput("give at least one base")
+    if mode not in MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, not {top_k!r}")
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidInput("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InvalidInput(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
+
+
+def rerank_candidates(top_k: int) -> int:
+    """Fused candidates a reranker reads: 3 x top_k, at least 20, at most 50 (SPEC F8)."""
+    return min(50, max(20, 3 * top_k))
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """One question, checked: which bases, how, how many, with which filters.
+
+    Build it with :meth:`build`, which validates every field.
+    """
+
+    bases: tuple[str, ...]
+    question: str
+    mode: str = "hybrid"
+    top_k: int = 10
+    rerank: bool | None = None
+    filters: retrieval.Filters = field(default_factory=retrieval.Filters)
+
+    @classmethod
+    def build(
+        cls,
+        bases: str | Sequence[str],
+        question: str,
+        *,
+        mode: str = "hybrid",
+        top_k: int = 10,
+        rerank: bool | None = None,
+        filters: dict[str, Any] | retrieval.Filters | None = None,
+    ) -> "SearchRequest":
+        """Return a checked request; duplicate base names are asked once.
+
+        Raises:
+            InvalidInput: as :func:`check_request`, or a bad filter.
+        """
+        names = (bases,) if isinstance(bases, str) else tuple(dict.fromkeys(bases))
+        check_request(names, question, top_k, mode)
+        if not isinstance(filters, retrieval.Filters):
+            filters = retrieval.Filters.from_mapping(filters)
+        return cls(bases=names, question=question, mode=mode, top_k=top_k, rerank=rerank, filters=filters)
+
+
+@dataclass(slots=True)
+class Ranked:
+    """What the pipeline found for one request.
+
+    Attributes:
+        candidates: the answer's order: reranked head, then the fused tail, facts
+            that hold before replaced ones within the first ``top_k``. Holds every
+            candidate the statements returned (more than ``top_k`` for compare).
+        rerank_scores: chunk id → reranker score, for the reranked head.
+        reranked: whether the reranker's order is the answer's.
+        warnings: what the search could not do, or what the caller should know.
+        took: milliseconds per step.
+    """
+
+    request: SearchRequest
+    candidates: list[retrieval.Candidate]
+    rerank_scores: dict[int, float]
+    reranked: bool
+    warnings: list[SearchWarning]
+    took: Took
+
+
+#: Returns the (shared) embedding client of a base spec.
+EmbedderFor = Callable[[BaseSpec], Embedder]
+#: Returns the (shared) reranker client of a base spec, None when it has none.
+RerankerFor = Callable[[BaseSpec], "Reranker | None"]
+
+
+class SearchPipeline:
+    """Runs :class:`SearchRequest` s against a pool with the given model clients.
+
+    Thread-safe when the pool and the model clients are.
+    """
+
+    def __init__(self, pool: ConnectionPool, embedder_for: EmbedderFor, reranker_for: RerankerFor) -> None:
+        self.pool = pool
+        self.embedder_for = embedder_for
+        self.reranker_for = reranker_for
+
+    def run(self, request: SearchRequest, *, every_candidate: bool = False, count: bool = True) -> Ranked:
+        """Search; return the ranked candidates, the warnings and the time of each step.
+
+        Args:
+            every_candidate: return every passage either leg kept (``2 x leg_limit(top_k)``
+                rows per statement), not only what the answer needs: compare shows them.
+            count: add one to each base's search count of the day (SPEC F20).
+
+        Raises:
+            BaseNotFound: a base does not exist.
+            EmbeddingModelUnavailable: ``mode="dense"`` and the embedding model did not answer.
+        """
+        started = time.perf_counter()
+        top_k, mode = request.top_k, request.mode
+        with self.pool.connection() as conn:
+            rows = [storage.get_base(conn, n) for n in request.bases]
+            health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
+        specs = {r.base_id: BaseSpec.from_json(r.spec) for r in rows}
+        warnings: list[SearchWarning] = []
+        reranker_spec = self._reranker_spec(rows, specs, request, warnings)
+        if every_candidate:
+            fetch = 2 * retrieval.leg_limit(top_k)
+        elif reranker_spec is not None:
+            # The reranker reads at most 50 (F8); past those, a top_k over 50 keeps the fused order.
+            fetch = max(top_k, rerank_candidates(top_k))
+        else:
+            fetch = top_k
+        terms = query_terms(request.question) if mode != "dense" else []
+
+        # One statement per group of bases sharing a model and the BM25 / RRF parameters.
+        groups: dict[tuple, list[storage.BaseRow]] = {}
+        for r in rows:
+            groups.setdefault(statement_key(specs[r.base_id]), []).append(r)
+        vectors: dict[str, Any] = {}
+        took = {"embed": 0.0, "dense": 0.0, "keyword": 0.0, "fuse": 0.0}
+        lists: list[tuple[int, list[retrieval.Candidate]]] = []
+        for (fingerprint, k1, b, rrf_k), group in groups.items():
+            spec = specs[group[0].base_id]
+            if mode != "keyword" and fingerprint not in vectors:
+                t0 = time.perf_counter()
+                vectors[fingerprint] = self._embed_question(spec, request, warnings)
+                took["embed"] += (time.perf_counter() - t0) * 1000
+            with self.pool.connection() as conn:
+                found, legs = retrieval.run_search(
+                    conn, base_ids=[r.base_id for r in group], model=fingerprint,
+                    query_embedding=vectors.get(fingerprint), terms=terms, top_k=fetch, legs_top_k=top_k,
+                    filters=request.filters, k1=k1, b=b, rrf_k=rrf_k,
+                )
+            lists.append((rrf_k, found))
+            took["dense"] += legs.dense
+            took["keyword"] += legs.keyword
+            took["fuse"] += legs.fuse
+        candidates = lists[0][1] if len(lists) == 1 else merge_by_rank(lists, fetch)
+        warnings.extend(health_warnings(request.bases, health, mode))
+        warnings.extend(unknown_source_warnings(request.bases, health, request.filters))
+
+        rerank_scores: dict[int, float] = {}
+        reranked = False
+        rerank_ms = 0.0
+        if reranker_spec is not None and candidates:
+            t0 = time.perf_counter()
+            head, tail = candidates[:rerank_candidates(top_k)], candidates[rerank_candidates(top_k):]
+            try:
+                scores = self.reranker_for(reranker_spec).rerank(
+                    request.question, [embedding_text(c.title, c.headings, c.text) for c in head]
+                )
+            except RerankerUnavailable as exc:
+                warnings.append(SearchWarning("FUSED_ORDER", f"{exc.message}: results in the fused order"))
+            else:
+                rerank_scores = {c.chunk_id: float(s) for c, s in zip(head, scores)}
+                head = sorted(head, key=lambda c: (-rerank_scores[c.chunk_id], -c.fused, c.chunk_id))
+                candidates = head + tail
+                reranked = True
+            rerank_ms = (time.perf_counter() - t0) * 1000
+        # SPEC F11, after reranking: facts that hold, then replaced ones, each group in ranked order.
+        candidates = order_facts(candidates[:top_k]) + candidates[top_k:]
+
+        if count:  # SPEC F20: a count per base, day and mode; never the question. Best-effort: never fails a search
+            storage.record_search(self.pool, [r.base_id for r in rows], mode)
+        return Ranked(
+            request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
+            warnings=warnings,
+            took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
+                      rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
+        )
+
+    def _embed_question(self, spec: BaseSpec, request: SearchRequest, warnings: list[SearchWarning]) -> Any:
+        try:
+            return self.embedder_for(spec).embed_queries([request.question])[0]
+        except EmbeddingModelUnavailable as exc:
+            if request.mode == "dense":  # SPEC F14: refused with EMBEDDING_MODEL_UNAVAILABLE, whatever failed
+                if type(exc) is EmbeddingModelUnavailable:
+                    raise
+                raise EmbeddingModelUnavailable(exc.message) from exc
+            warnings.append(SearchWarning("KEYWORD_ONLY", f"{exc.message}: results by keywords only"))
+            return None
+
+    @staticmethod
+    def _reranker_spec(rows: Sequence[storage.BaseRow], specs: dict[int, BaseSpec], request: SearchRequest,
+                       warnings: list[SearchWarning]) -> BaseSpec | None:
+        """The spec whose reranker reorders the answer, or None (rerank off, none, or several)."""
+        if request.rerank is False:
+            return None
+        with_reranker = {}
+        for r in rows:
+            s = specs[r.base_id]
+            if s.reranker_model:
+                with_reranker.setdefault((s.reranker_model, s.reranker_url, s.reranker_protocol), (r.name, s))
+        if len(with_reranker) > 1:
+            named = ", ".join(f"{name!r} uses {key[0]!r}" for key, (name, _) in with_reranker.items())
+            warnings.append(SearchWarning(
+                "FUSED_ORDER", f"the bases searched have different rerankers ({named}), whose scores cannot be "
+                               f"compared: results in the fused order",
+            ))
+            return None
+        return next(iter(with_reranker.values()))[1] if with_reranker else None
+
+
+def statement_key(spec: BaseSpec) -> tuple[str, float, float, int]:
+    """What bases must share to be searched by one statement: model fingerprint, k1, b, rrf_k."""
+    return (spec.fingerprint, spec.k1, spec.b, spec.rrf_k)
+
+
+def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k: int) -> list[retrieval.Candidate]:
+    """Merge the fused lists of several statements by RRF over their ranks; return the best `top_k`.
+
+    Each list is one statement's answer, best first, with the rrf_k of its bases:
+    a passage at rank r of it scores ``1 / (rrf_k + r)`` (Cormack, Clarke & Buettcher,
+    SIGIR 2009). Bases fused in one statement keep their relative order.
+    """
+    scored = []
+    for rrf_k, ranked in lists:
+        for rank, c in enumerate(ranked, start=1):
+            scored.append((1.0 / (rrf_k + rank), c))
+    scored.sort(key=lambda sc: (-sc[0], -sc[1].fused, sc[1].base, sc[1].chunk_id))
+    return [c for _, c in scored[:top_k]]
+
+
+def health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) -> list[SearchWarning]:
+    """Warnings of SPEC F14 about what is indexed: nothing yet, or chunks without vectors."""
+    warnings = []
+    for name in names:
+        h = health[name]
+        if h["chunks"] == 0:
+            if h["sources"] and h["last_indexed_at"] is not None:
+                warnings.append(SearchWarning(
+                    "NO_READABLE_DOCUMENT",
+                    f"nothing is indexed in {name!r}: the sources hold no document it reads (md, txt, html, pdf, docx)",
+                ))
+            else:
+                warnings.append(SearchWarning(
+                    "NOTHING_INDEXED", f"nothing is indexed yet in {name!r}: index a folder with `metis index`"
+                ))
+        elif h["status"] == "waiting" and mode != "keyword":
+            missing = h["chunks_without_vector"]
+            if missing >= h["chunks"]:
+                text = (f"no chunk of {name!r} has a vector yet (indexed while the embedding model did not "
+                        f"answer): results by keywords")
+            else:
+                text = (f"{missing} chunks of {name!r} have no vector yet (indexed while the embedding model "
+                        f"did not answer): those are found by keywords only")
+            warnings.append(SearchWarning("NO_VECTOR_YET", text))
+    return warnings
+
+
+def unknown_source_warnings(names: Sequence[str], health: dict[str, dict],
+                            filters: retrieval.Filters) -> list[SearchWarning]:
+    """A `sources` filter naming a source no base searched has: say so rather than find nothing silently."""
+    if not filters.sources:
+        return []
+    known = {s for name in names for s in health[name]["source_names"]}
+    unknown = [s for s in filters.sources if s not in known]
+    if not unknown:
+        return []
+    listed = ", ".join(sorted(known)) or "none"
+    return [SearchWarning(
+        "UNKNOWN_SOURCE",
+        f"no base searched has a source named {', '.join(map(repr, unknown))} (sources: {listed})",
+    )]
+
+
+def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
+    """Return the citation of a candidate, its snippet around the question's terms."""
+    return Citation(
+        source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
+        line=None if c.page is not None else c.line, headings=c.headings, snippet=snippet(c.text, question_terms),
+    )
+
+
+def to_response(ranked: Ranked) -> SearchResponse:
+    """Return the SPEC F13 answer of a pipeline run: its first ``top_k`` candidates, cited and scored."""
+    request = ranked.request
+    question_terms = query_terms(request.question)
+    results = []
+    for c in ranked.candidates[: request.top_k]:
+        rerank = ranked.rerank_scores.get(c.chunk_id)
+        scores = Scores(dense=c.dense, dense_rank=c.dense_rank, keyword=c.keyword, keyword_rank=c.keyword_rank,
+                        fused=c.fused, rerank=rerank)
+        results.append(SearchResult(
+            score=rerank if ranked.reranked and rerank is not None else c.fused, text=c.text, base=c.base,
+            citation=citation(c, question_terms), scores=scores, chunk_id=c.chunk_id, holds=c.holds,
+        ))
+    return SearchResponse(mode=request.mode, reranked=ranked.reranked, results=tuple(results),
+                          warnings=tuple(ranked.warnings), took=ranked.took, bases=request.bases)
