@@ -10,6 +10,8 @@ Environment variables (all optional):
                             of its data folder world-readable (o+rx).
 ``METIS_MAX_FILE_BYTES``    Files larger than this are skipped with a warning
                             (default 20 MB).
+``METIS_FILE_TIME_BUDGET_S`` Seconds reading and chunking one file may take before
+                            it is skipped with a reason (default 60).
 ==========================  ==========================================================
 
 A base's spec (:class:`BaseSpec`) is stored as JSON in ``bases.spec``; API keys
@@ -179,14 +181,28 @@ class Settings:
 
     database_url: str | None = None
     home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
+    # ingest (issue 13): seconds reading and chunking one file may take before it is skipped with a reason.
+    file_time_budget_s: float = 60.0
 
     @classmethod
     def from_env(cls) -> "Settings":
-        """Read ``METIS_DATABASE_URL`` and ``METIS_HOME``."""
+        """Read ``METIS_DATABASE_URL``, ``METIS_HOME`` and ``METIS_FILE_TIME_BUDGET_S``.
+
+        Raises:
+            ConfigError: ``METIS_FILE_TIME_BUDGET_S`` is not a positive number of seconds.
+        """
         home = os.environ.get("METIS_HOME")
+        budget = os.environ.get("METIS_FILE_TIME_BUDGET_S") or "60"
+        try:
+            file_time_budget_s = float(budget)
+        except ValueError:
+            file_time_budget_s = -1.0
+        if not file_time_budget_s > 0:
+            raise ConfigError(f"METIS_FILE_TIME_BUDGET_S must be a positive number of seconds, not {budget!r}")
         return cls(
             database_url=os.environ.get("METIS_DATABASE_URL") or None,
             home=Path(home) if home else Path(f"/var/tmp/metis-{os.getuid()}"),
+            file_time_budget_s=file_time_budget_s,
         )
 
     @property

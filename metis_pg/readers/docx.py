@@ -22,7 +22,8 @@ import zipfile
 import docx
 from docx.table import Table
 
-from ._common import HeadingPath, TextBuilder, collapse, file_title, unreadable
+from ..errors import UnreadableDocument
+from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, unreadable
 from .document import Document
 
 __all__ = ["MAX_UNZIPPED_BYTES", "read"]
@@ -70,6 +71,8 @@ def read(path: str, data: bytes) -> Document:
     try:  # python-docx parses lazily: its errors (and lxml's, KeyError, ...) surface while walking
         document = docx.Document(io.BytesIO(data))
         out, title = _extract(document)
+    except UnreadableDocument:  # the time budget ran out
+        raise
     except Exception as exc:
         raise unreadable(path, f"corrupt .docx ({type(exc).__name__}: {exc})") from exc
     return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text)
@@ -80,13 +83,20 @@ def _extract(document) -> tuple[TextBuilder, str | None]:
     out = TextBuilder()
     headings = HeadingPath()
     title = first_h1 = None
-    for block in document.iter_inner_content():
+    levels: dict[str | None, int | None] = {}  # python-docx looks a style up by scanning every style
+    for n, block in enumerate(document.iter_inner_content()):
+        if not n & 1023:
+            check_time_budget()
         if isinstance(block, Table):
             for row in block.rows:
                 out.body(_row_text(row), headings.path)
             continue
         text = collapse(block.text)
-        level = _level(block.style.name if block.style is not None else "")
+        style_id = block._p.style  # the pStyle id; the style's name is looked up once per id
+        if style_id not in levels:
+            style = block.style
+            levels[style_id] = _level(style.name if style is not None else "")
+        level = levels[style_id]
         if level is None:
             out.body(text, headings.path)
             continue
