@@ -293,7 +293,9 @@ def index_paths(
     with pool.connection() as conn:
         # Every source is checked (a name reading another folder is refused) before anything is
         # written or the base is marked as indexing: a refused run leaves the base as it was.
-        source_ids = [storage.ensure_source(conn, base.base_id, name, str(root)) for name, root, _, _ in plans]
+        source_ids = [
+            storage.ensure_source(conn, base.base_id, name, display_path(str(root))) for name, root, _, _ in plans
+        ]
         storage.set_status(conn, base.base_id, "indexing")
     if embedder is not None:
         try:
@@ -351,7 +353,7 @@ def index_paths(
         missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
         status = "waiting" if missing else "ready"
         storage.set_status(conn, base.base_id, status, indexed=True)
-    if run.read == 0 and not run.failed and total == 0:
+    if run.read == 0 and not run.failed and total == 0 and not unlisted:
         run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
     return IndexReport(
         base=base.name, read=run.read, new=run.new, changed=run.changed, unchanged=run.unchanged,

@@ -12,12 +12,11 @@ and in test_bad_input.py through an index run.
 
 from __future__ import annotations
 
-import io
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
+from raw_files import docx_bytes
 
 from metis_pg.chunking import chunk_document
 from metis_pg.readers import TimeBudgetExceeded, read_document, time_budget
@@ -27,37 +26,6 @@ MB = 1_000_000
 #: slowest (HTML tag soup, parsed in pure Python) takes ~3 s on a quiet machine,
 #: 12 s at load 7 on 2 cores; the quadratic cases took minutes to hours.
 BOUND_S = 60.0
-
-
-def docx_bytes(paragraphs: int) -> bytes:
-    """A minimal .docx whose body is `paragraphs` short paragraphs (written as XML: python-docx is slow)."""
-    body = "".join(f"<w:p><w:r><w:t>Paragraph {i} of the long report.</w:t></w:r></w:p>" for i in range(paragraphs))
-    document = (
-        '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
-        '<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
-        f"<w:body>{body}</w:body></w:document>"
-    )
-    types = (
-        '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
-        '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
-        '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
-        '<Default Extension="xml" ContentType="application/xml"/>'
-        '<Override PartName="/word/document.xml"'
-        ' ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/>'
-        "</Types>"
-    )
-    rels = (
-        '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
-        '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
-        '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument"'
-        ' Target="word/document.xml"/></Relationships>'
-    )
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("[Content_Types].xml", types)
-        archive.writestr("_rels/.rels", rels)
-        archive.writestr("word/document.xml", document)
-    return out.getvalue()
 
 
 #: name → (file name, bytes). About 1 MB each (the docx: 100,000 paragraphs).

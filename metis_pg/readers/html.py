@@ -187,9 +187,11 @@ def read(path: str, data: bytes) -> Document:
             walker.flush()
             title_tag = soup.find("title")
             title = collapse(title_tag.get_text()) if title_tag else ""
+            sections, full_text = tuple(walker.out.sections), walker.out.text
+            soup.decompose()  # breaks the tree's cycles: freed now, not by the collector rescanning it
     except UnreadableDocument:
         raise
     except Exception as exc:  # bs4's ParserRejectedMarkup and html.parser's errors
         raise unreadable(path, f"unparseable HTML ({type(exc).__name__}: {exc})") from exc
     title = title or walker.first_h1 or file_title(path)
-    return Document(path, title, "html", tuple(walker.out.sections), walker.out.text)
+    return Document(path, title, "html", sections, full_text)
