@@ -55,9 +55,18 @@ SURROGATE_CMAP = (
 )
 
 
-def docx_bytes(paragraphs: int) -> bytes:
-    """A minimal .docx whose body is `paragraphs` short paragraphs (written as XML: python-docx is slow)."""
+def docx_bytes(paragraphs: int, *, merged_rows: int = 0) -> bytes:
+    """A minimal .docx of `paragraphs` short paragraphs (written as XML: python-docx is slow), then
+    with `merged_rows` a two-column table whose first column is one cell merged down all its rows."""
     body = "".join(f"<w:p><w:r><w:t>Paragraph {i} of the long report.</w:t></w:r></w:p>" for i in range(paragraphs))
+    if merged_rows:  # then a table whose first column is one cell merged down `merged_rows` rows
+        rows = "".join(
+            "<w:tr><w:tc><w:tcPr><w:vMerge" + (' w:val="restart"' if i == 0 else "") + "/></w:tcPr>"
+            + ("<w:p><w:r><w:t>Merged</w:t></w:r></w:p>" if i == 0 else "<w:p/>") + "</w:tc>"
+            f"<w:tc><w:p><w:r><w:t>row {i}</w:t></w:r></w:p></w:tc></w:tr>"
+            for i in range(merged_rows)
+        )
+        body += f"<w:tbl><w:tblGrid><w:gridCol/><w:gridCol/></w:tblGrid>{rows}</w:tbl>"
     document = (
         '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
         '<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'

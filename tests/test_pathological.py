@@ -53,6 +53,7 @@ CASES = {
     "many headings and paragraphs": ("h.html", b"<h2>x</h2><p>y</p>" * (MB // 18)),
     # docx: each paragraph re-copied the section's text so far.
     "docx of 100,000 paragraphs": ("p.docx", docx_bytes(100_000)),
+    "docx table merged down 5,000 rows": ("m.docx", docx_bytes(0, merged_rows=5_000)),
 }
 
 
@@ -90,6 +91,16 @@ def test_docx_paragraphs_of_one_section_are_one_section(tmp_path: Path):
     assert len(doc.sections) == 1
     assert doc.sections[0].text.count("\n\n") == 19_999
     assert doc.text[doc.sections[0].char_start :] == doc.sections[0].text
+
+
+def test_docx_cell_merged_down_many_rows_is_read_on_each_row(tmp_path: Path):
+    path = tmp_path / "m.docx"
+    path.write_bytes(docx_bytes(1, merged_rows=3_000))  # python-docx recursed once per row above
+
+    doc = read_document(path)
+
+    assert doc.text.split("\n\n")[1:4] == ["Merged | row 0", "Merged | row 1", "Merged | row 2"]
+    assert doc.text.endswith("Merged | row 2999")
 
 
 def test_table_cells_of_one_row_are_joined_by_bars(tmp_path: Path):

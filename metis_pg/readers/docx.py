@@ -4,8 +4,8 @@ Rules:
 
 - A paragraph styled Title (level 0) or Heading N (level N) sets the heading
   path; every other paragraph is body text, in document order.
-- A table's rows are body paragraphs, cells joined by ``" | "`` (a merged
-  cell counted once).
+- A table's rows are body paragraphs, cells joined by ``" | "`` (a cell
+  merged across columns counted once; one merged down rows repeated on each).
 - Before python-docx opens it, the file must be a zip holding
   ``word/document.xml`` whose entries add up to at most MAX_UNZIPPED_BYTES
   uncompressed (a zip bomb is refused without inflating anything).
@@ -18,9 +18,10 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+from collections.abc import Iterator
 
 import docx
-from docx.table import Table
+from docx.table import Table, _Cell
 
 from ..errors import UnreadableDocument
 from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, unreadable
@@ -53,12 +54,26 @@ def _level(style_name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _row_text(row) -> str:
-    cells = []
-    for cell in row.cells:
-        if not cells or cell is not cells[-1]:
-            cells.append(cell)
-    return " | ".join(t for t in (collapse(c.text) for c in cells) if t)
+def _table_rows(table: Table) -> Iterator[str]:
+    """Yield the text of each row of `table`: its cells' text joined by ``" | "``, a merged cell once.
+
+    A cell continuing a vertical merge gives the text of the merge's first cell,
+    kept per grid column here: python-docx's ``_Row.cells`` finds it by walking up
+    one row at a time, recursively (quadratic, and a RecursionError past ~1,000 merged rows).
+    """
+    above: dict[int, str] = {}  # grid column → text of the cell a vertical merge there started with
+    for tr in table._tbl.tr_lst:
+        texts = []
+        column = tr.grid_before
+        for tc in tr.tc_lst:
+            if tc.vMerge == "continue":
+                text = above.get(column, "")
+            else:
+                text = collapse(_Cell(tc, table).text)
+            above[column] = text
+            texts.append(text)
+            column += tc.grid_span
+        yield " | ".join(t for t in texts if t)
 
 
 def read(path: str, data: bytes) -> Document:
@@ -88,8 +103,8 @@ def _extract(document) -> tuple[TextBuilder, str | None]:
         if not n & 1023:
             check_time_budget()
         if isinstance(block, Table):
-            for row in block.rows:
-                out.body(_row_text(row), headings.path)
+            for row_text in _table_rows(block):
+                out.body(row_text, headings.path)
             continue
         text = collapse(block.text)
         style_id = block._p.style  # the pStyle id; the style's name is looked up once per id
