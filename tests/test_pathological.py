@@ -110,14 +110,14 @@ def test_table_cells_of_one_row_are_joined_by_bars(tmp_path: Path):
     assert read_document(path).text == "a | | b"
 
 
-def test_unclosed_comment_and_unclosable_tag_at_the_end_are_not_text_nor_lost(tmp_path: Path):
+def test_unclosed_comment_and_unclosable_tag_at_the_end_are_text(tmp_path: Path):
     path = tmp_path / "c.html"
     path.write_bytes(b"<p>Kept paragraph.</p><p>Also kept <a x</p> tail <b y")
     comment = tmp_path / "d.html"
     comment.write_bytes(b"<p>Before.</p><!-- <p>commented out</p> never closed")
 
     assert read_document(path).text == "Kept paragraph.\n\nAlso kept tail <b y"
-    assert read_document(comment).text == "Before."
+    assert read_document(comment).text == "Before.\n\n<!--\n\ncommented out\n\nnever closed"
 
 
 @pytest.mark.parametrize(

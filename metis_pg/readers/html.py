@@ -18,8 +18,8 @@ else UTF-8, else the ``<meta charset>`` the page declares, else detection.
 
 ``html.parser`` rescans to the end of the file from every ``<`` that opens a
 tag or comment it cannot close (80 KB of ``<a `` took 77 s), so before parsing
-(:func:`_defuse`) a comment left open runs to the end of the file and is
-dropped (as HTML5 says), and a ``<`` after the last ``>`` is text (``&lt;``).
+(:func:`_defuse`) a ``<!--`` that no ``-->`` follows, and a ``<`` that no ``>``
+follows, are text (``&lt;``): they could not be closed anyway.
 The walk over the tree is iterative (no recursion limit on nesting depth) and
 checks the file's time budget every 4,096 nodes. The cyclic garbage collector
 is paused while the tree is built and walked (:func:`_gc_paused`): its full
@@ -158,13 +158,14 @@ def _gc_paused() -> Iterator[None]:
 def _defuse(text: str) -> str:
     """Return ``text`` without what makes ``html.parser`` quadratic (see the module docstring).
 
-    A comment opened after the last ``-->`` is cut off with everything after it;
+    Each ``<!--`` after the last ``-->`` becomes ``&lt;!--`` (no comment can close
+    there; it may be in a script's string, so what follows is not dropped), and
     each ``<`` after the last ``>`` becomes ``&lt;`` (no tag can close there).
     """
     closed = text.rfind("-->")
-    unclosed = text.find("<!--", closed + 3 if closed >= 0 else 0)
-    if unclosed >= 0:
-        text = text[:unclosed]
+    after = closed + 3 if closed >= 0 else 0
+    if text.find("<!--", after) >= 0:
+        text = text[:after] + text[after:].replace("<!--", "&lt;!--")
     last = text.rfind(">") + 1
     if text.find("<", last) >= 0:
         text = text[:last] + text[last:].replace("<", "&lt;")
