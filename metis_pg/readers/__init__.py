@@ -14,11 +14,11 @@ replaced by U+FFFD one for one, so offsets hold and PostgreSQL accepts every str
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
 from pathlib import Path
 
-from . import docx, html, markdown, pdf, text
 from ._common import (
     TimeBudgetExceeded,
     check_time_budget,
@@ -46,7 +46,9 @@ KINDS = {
     ".pdf": "pdf",
     ".docx": "docx",
 }
-_READERS = {"md": markdown.read, "txt": text.read, "html": html.read, "pdf": pdf.read, "docx": docx.read}
+#: Kind → the module reading it, imported on first use (pypdf, python-docx and bs4 take a
+#: second to import: a search needs none of them).
+_READERS = {"md": "markdown", "txt": "text", "html": "html", "pdf": "pdf", "docx": "docx"}
 
 
 def kind_of(path: str | os.PathLike) -> str | None:
@@ -85,7 +87,8 @@ def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Do
         raise unreadable(name, "empty file")
     if len(data) > max_bytes:
         raise unreadable(name, f"file too large: over the {max_bytes}-byte limit")
-    return clean_document(_READERS[kind](name, data))
+    reader = importlib.import_module(f".{_READERS[kind]}", __name__)
+    return clean_document(reader.read(name, data))
 
 
 def clean_document(doc: Document) -> Document:
