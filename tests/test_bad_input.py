@@ -20,7 +20,7 @@ from pypdf import PdfReader, PdfWriter
 from raw_files import SURROGATE_CMAP, raw_pdf
 from typer.testing import CliRunner
 
-import metis_pg.readers as readers_module
+import metis_pg.readers.markdown as markdown_reader
 from metis_pg import indexing
 from metis_pg.cli import app
 
@@ -199,14 +199,14 @@ def test_any_exception_reading_one_file_skips_it_and_the_run_writes_its_batch(
     metis, base_name, tmp_path, monkeypatch, error
 ):
     kb = write_files(tmp_path / "kb", {**GOOD, "bad.md": "# Bad\n\nThis one makes the reader fail.\n"})
-    real = readers_module._READERS["md"]
+    real = markdown_reader.read
 
     def failing(path, data):
         if path.endswith("bad.md"):
             raise error
         return real(path, data)
 
-    monkeypatch.setitem(readers_module._READERS, "md", failing)
+    monkeypatch.setattr(markdown_reader, "read", failing)
 
     first = metis.index(base_name, kb)
     again = metis.index(base_name, kb)
