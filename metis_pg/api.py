@@ -216,6 +216,7 @@ class Metis:
         on_progress: indexing.Progress | None = None,
         max_file_bytes: int | None = None,
         batch_documents: int = 100,
+        file_time_budget_s: float | None = None,
     ) -> IndexReport:
         """Index files and folders into `base` (created with defaults if missing); return the report.
 
@@ -231,6 +232,8 @@ class Metis:
             batch_documents: documents written per transaction at most (1 to 10,000).
                 Documents read are written once the batch holds this many, 500 chunks,
                 or has waited a second, whichever comes first.
+            file_time_budget_s: seconds one file's reading and chunking may take before it
+                is skipped with a reason (default: ``METIS_FILE_TIME_BUDGET_S``, 60 s).
 
         Raises:
             InvalidInput: no path, a path that does not exist, a bad `max_file_bytes`
@@ -253,7 +256,7 @@ class Metis:
         with storage.indexer_session(self.pool, row.base_id):
             return indexing.index_paths(
                 self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
-                batch_documents=batch_documents,
+                batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
             )
 
     def reembed(

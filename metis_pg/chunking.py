@@ -27,11 +27,12 @@ Rules:
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import InvalidInput
+from .readers._common import check_time_budget
 from .readers.document import Document, Section
 from .readers.markdown import fence_spans
 
@@ -43,6 +44,21 @@ _LINE_BREAK = re.compile(r"\n")
 _WHITESPACE = re.compile(r"\s")
 
 Span = tuple[int, int]
+
+
+class _Fences:
+    """The fenced code blocks of a document, sorted and disjoint, found by binary search."""
+
+    def __init__(self, spans: list[Span]) -> None:
+        self._spans = spans
+        self._starts = [a for a, _ in spans]
+
+    def around(self, offset: int) -> Span | None:
+        """Return the fence (a, b) with a < offset < b, or None."""
+        i = bisect_left(self._starts, offset) - 1
+        if i >= 0 and offset < self._spans[i][1]:
+            return self._spans[i]
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +118,10 @@ def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:
     """
     if chunk_size < 1:
         raise InvalidInput(f"chunk_size must be at least 1 character, not {chunk_size}")
-    fences = fence_spans(doc.text, doc.sections[0].char_start) if doc.kind == "md" and doc.sections else []
+    fences = _Fences(fence_spans(doc.text, doc.sections[0].char_start) if doc.kind == "md" and doc.sections else [])
     chunks: list[Chunk] = []
     for run in _runs(doc):
+        check_time_budget()
         start, end = run[0].char_start, run[-1].char_start + len(run[-1].text)
         spans = _pack(doc.text, start, end, chunk_size, fences)
         for (s, e), line in zip(spans, _first_lines(doc.text, run, spans)):
@@ -156,23 +173,24 @@ def _strip(text: str, start: int, end: int) -> Span:
     return start, end
 
 
-def _paragraphs(text: str, start: int, end: int, fences: list[Span]) -> list[Span]:
+def _paragraphs(text: str, start: int, end: int, fences: _Fences) -> list[Span]:
     """Return the non-blank paragraphs of ``text[start:end]``; blank lines inside fences do not count."""
     spans, pos = [], start
     for m in _BLANK_LINES.finditer(text, start, end):
-        if not any(a < m.start() < b for a, b in fences):
+        if fences.around(m.start()) is None:
             spans.append(_strip(text, pos, m.start()))
             pos = m.end()
     spans.append(_strip(text, pos, end))
     return [(s, e) for s, e in spans if s < e]
 
 
-def _pack(text: str, start: int, end: int, size: int, fences: list[Span]) -> list[Span]:
+def _pack(text: str, start: int, end: int, size: int, fences: _Fences) -> list[Span]:
     """Return the chunk spans of one run: paragraphs packed greedily, long ones split."""
-    fences = [(a, b) for a, b in fences if a < end and b > start]
     out: list[Span] = []
     current: Span | None = None
-    for s, e in _paragraphs(text, start, end, fences):
+    for n, (s, e) in enumerate(_paragraphs(text, start, end, fences)):
+        if not n & 1023:
+            check_time_budget()
         if current is not None and e - current[0] <= size:
             current = (current[0], e)
             continue
@@ -186,11 +204,12 @@ def _pack(text: str, start: int, end: int, size: int, fences: list[Span]) -> lis
     return out
 
 
-def _split(text: str, start: int, end: int, size: int, fences: list[Span]) -> list[Span]:
+def _split(text: str, start: int, end: int, size: int, fences: _Fences) -> list[Span]:
     """Return ``text[start:end]`` cut into stripped spans of at most ``size`` characters."""
     pieces = []
     pos = start
     while end - pos > size:
+        check_time_budget()
         cut = _cut_point(text, pos, pos + size, size, fences)
         pieces.append(_strip(text, pos, cut))
         pos = _strip(text, cut, end)[0]
@@ -198,20 +217,19 @@ def _split(text: str, start: int, end: int, size: int, fences: list[Span]) -> li
     return pieces
 
 
-def _cut_point(text: str, pos: int, limit: int, size: int, fences: list[Span]) -> int:
+def _cut_point(text: str, pos: int, limit: int, size: int, fences: _Fences) -> int:
     """Return where to end the piece that starts at ``pos``: an offset in (pos, limit].
 
     A cut at offset c ends the piece before ``text[c]``. No cut falls strictly
     inside a fence of at most ``size`` characters; inside a longer fence only
     line breaks and whitespace count (code has no sentences).
     """
-    whole = [(a, b) for a, b in fences if b - a <= size]
-    long = [(a, b) for a, b in fences if b - a > size]
 
     def allowed(c: int, sentence: bool) -> bool:
-        if any(a < c < b for a, b in whole):
-            return False
-        return not (sentence and any(a < c < b for a, b in long))
+        fence = fences.around(c)
+        if fence is None:
+            return True
+        return not sentence and fence[1] - fence[0] > size
 
     levels = []
     for pattern in (_SENTENCE_END, _LINE_BREAK, _WHITESPACE):

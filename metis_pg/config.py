@@ -236,6 +236,11 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
                                "(exit code 6, HTTP 409).")
 
+    # -- indexing
+    file_time_budget_s: float = Field(
+        60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "
+                                "reason (checked inside the readers' loops: one library call may overrun it).")
+
     @classmethod
     def from_env(cls) -> "Settings":
         """Return the settings of the environment.

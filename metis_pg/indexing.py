@@ -9,8 +9,21 @@ written in batches, one transaction each (:class:`_Batch`).
 When the embedding model does not answer (F14), chunks are stored without
 vectors, the base becomes ``waiting``, and the model is not called again during
 that run; the next run first embeds exactly the chunks that lack a vector, then
-returns the base to ``ready``. A bad file is skipped with a warning naming it;
-the rest of the base still indexes.
+returns the base to ``ready``.
+
+One file never stops a run (issue 13): any exception while reading or
+chunking one file (a reader's refusal, an ``OSError``, a parser's
+``ValueError`` or ``RecursionError``, ``MemoryError``, the per-file time
+budget running out, ...) skips that file with a reason naming it in
+``report.failed``; only ``KeyboardInterrupt``/``SystemExit`` and database errors
+end the run. Everything stored is cleaned of NUL and lone surrogates
+(:func:`metis_pg.readers.clean_document`). A file name with bytes that are not
+UTF-8 is indexed under its relative path with each such byte written ``\\xNN``
+(``caf\\xe9.md``): the same name on every run, so it is unchanged the second
+time and its deletion is seen. A folder that cannot be listed (permissions, I/O
+error) keeps its indexed documents, with a warning naming it: a walk error is
+never a deletion; a file that is listed but cannot be opened keeps its indexed
+version too (it is in ``report.failed``).
 """
 
 from __future__ import annotations
@@ -23,14 +36,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from . import storage
 from .chunking import Chunk, chunk_document, embedding_text
-from .config import BaseSpec
-from .errors import EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
+from .config import BaseSpec, Settings
+from .errors import DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
 from .models.embed import Embedder
-from .readers import kind_of, read_document
+from .readers import display_path, kind_of, read_document, time_budget
 from .results import FailedDocument, IndexReport, ReembedReport
 
 __all__ = ["Progress", "index_paths", "embed_missing", "walk_source", "reembed"]
@@ -60,37 +74,84 @@ class _Run:
     model_down: str | None = None
 
 
-def walk_source(root: Path, on_skip: Callable[[Path, str], None] | None = None) -> Iterator[Path]:
+def walk_source(
+    root: Path,
+    on_skip: Callable[[Path, str], None] | None = None,
+    on_unlisted: Callable[[Path, str], None] | None = None,
+) -> Iterator[Path]:
     """Yield the files under `root` a base reads, sorted, never leaving `root`.
 
     Hidden files and folders (``.git``) are skipped; symbolic links to folders
     are not followed (no loops), links to files outside `root`, dangling links
     and link loops are skipped: each is logged and given to `on_skip(path, reason)`.
+
+    The walk is iterative (a folder nested thousands of levels deep raises no
+    RecursionError). A folder that cannot be listed (no permission, I/O error,
+    name too long) is logged and given to `on_unlisted(folder, reason)`; the walk
+    goes on. A file whose type cannot be read is yielded: opening it gives the reason.
     """
     root = root.resolve()
-    for folder, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith(".") or kind_of(name) is None:
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            reason = f"cannot be listed ({exc.strerror or exc})"
+            log.warning("folder %s %s", display_path(str(folder)), reason)
+            if on_unlisted is not None:
+                on_unlisted(folder, reason)
+            continue
+        folders: list[str] = []
+        files: list[os.DirEntry] = []
+        for entry in entries:
+            if entry.name.startswith("."):
                 continue
-            path = Path(folder) / name
-            if path.is_symlink():
-                reason = None
+            try:
+                is_folder = entry.is_dir()
+            except OSError:
+                is_folder = False
+            if is_folder:
                 try:
-                    target = path.resolve(strict=True)
-                except (OSError, RuntimeError):  # ELOOP (RuntimeError before Python 3.13), dangling
-                    reason = "symbolic link loop or dangling link: not followed"
-                else:
-                    if not target.is_relative_to(root):
-                        reason = f"symbolic link leaving {root}: not followed"
-                    elif not target.is_file():
-                        reason = "symbolic link to something other than a file: not followed"
-                if reason is not None:
-                    log.warning("skipped %s: %s", path, reason)
-                    if on_skip is not None:
-                        on_skip(path, reason)
-                    continue
+                    link = entry.is_symlink()
+                except OSError:
+                    link = True
+                if not link:
+                    folders.append(entry.name)
+            elif kind_of(entry.name) is not None:
+                files.append(entry)
+        for entry in sorted(files, key=lambda e: e.name):
+            path = folder / entry.name
+            reason = _link_refusal(root, path, entry)
+            if reason is not None:
+                log.warning("skipped %s: %s", display_path(str(path)), reason)
+                if on_skip is not None:
+                    on_skip(path, reason)
+                continue
             yield path
+        stack.extend(folder / name for name in sorted(folders, reverse=True))
+
+
+def _link_refusal(root: Path, path: Path, entry: os.DirEntry) -> str | None:
+    """Return why a symbolic link `path` is not followed, or None (not a link, or a link to a file in `root`)."""
+    try:
+        if not entry.is_symlink():
+            return None
+    except OSError:
+        return None  # opening the file says what is wrong with it
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # ELOOP (RuntimeError before Python 3.13), dangling
+        return "symbolic link loop or dangling link: not followed"
+    if not target.is_relative_to(root):
+        return f"symbolic link leaving {root}: not followed"
+    try:
+        if not target.is_file():
+            return "symbolic link to something other than a file: not followed"
+    except OSError as exc:
+        return f"symbolic link to something that cannot be read ({exc.strerror or exc}): not followed"
+    return None
 
 
 def _hash_file(path: Path) -> tuple[str, int]:
@@ -151,19 +212,31 @@ def embed_missing(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedde
 
 
 def _source_of(
-    path: Path, source_name: str | None, on_skip: Callable[[Path, str], None] | None = None
+    path: Path,
+    source_name: str | None,
+    on_skip: Callable[[Path, str], None] | None = None,
+    on_unlisted: Callable[[Path, str], None] | None = None,
 ) -> tuple[str, Path, list[Path], bool]:
-    """Return (source name, folder, files, whether absent files are deletions)."""
+    """Return (source name, folder, files, whether absent files are deletions).
+
+    Raises:
+        InvalidInput: `path` does not exist, cannot be examined, or is a file of a kind not read.
+    """
     path = path.expanduser()
-    if not path.exists():
-        raise InvalidInput(f"no such file or folder: {path}")
-    if path.is_dir():
-        root = path.resolve()
-        return source_name or root.name or "root", root, list(walk_source(root, on_skip)), True
+    shown = display_path(str(path))
+    try:
+        if not path.exists():
+            raise InvalidInput(f"no such file or folder: {shown}")
+        if path.is_dir():
+            root = path.resolve()
+            name = source_name or display_path(root.name) or "root"
+            return name, root, list(walk_source(root, on_skip, on_unlisted)), True
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {shown}: {exc.strerror or exc}") from exc
     if kind_of(path.name) is None:
-        raise InvalidInput(f"{path}: not a kind metis reads (md, txt, html, pdf, docx)")
+        raise InvalidInput(f"{shown}: not a kind metis reads (md, txt, html, pdf, docx)")
     root = path.resolve().parent
-    return source_name or root.name or "root", root, [path.resolve()], False
+    return source_name or display_path(root.name) or "root", root, [path.resolve()], False
 
 
 def index_paths(
@@ -175,24 +248,40 @@ def index_paths(
     source_name: str | None = None,
     on_progress: Progress | None = None,
     batch_documents: int = 100,
+    file_time_budget_s: float | None = None,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
 
     A folder is a source (named after it unless `source_name`); its documents that
-    are gone from it are deleted. A single file is indexed into the source of its folder.
-    Documents are written in batches of at most `batch_documents` (see :class:`_Batch`).
+    are gone from it are deleted, except those under a folder that could not be
+    listed (kept, with a warning naming the folder). A single file is indexed into
+    the source of its folder. Documents are written in batches of at most
+    `batch_documents` (see :class:`_Batch`).
+
+    Args:
+        file_time_budget_s: seconds the reading and chunking of one file may take
+            before it is skipped ("took longer than 60 s to read: skipped"); None:
+            the ``METIS_FILE_TIME_BUDGET_S`` setting (default 60). The bound is
+            checked in the readers' and chunker's loops: one library call that does
+            not return to them (pypdf on one page, the HTML parse) can overrun it
+            (:func:`metis_pg.readers.time_budget`).
 
     Raises:
-        InvalidInput: a path does not exist or is not a kind metis reads.
+        InvalidInput: a path does not exist, cannot be examined, or is not a kind metis reads.
     """
     started = time.perf_counter()
     spec = BaseSpec.from_json(base.spec)
     run = _Run(base=base.name)
+    budget = Settings.from_env().file_time_budget_s if file_time_budget_s is None else file_time_budget_s
+    unlisted: dict[Path, str] = {}
 
     def skipped(path: Path, reason: str) -> None:
-        run.warnings.append(f"{path}: skipped: {reason}")
+        run.warnings.append(f"{display_path(str(path))}: skipped: {display_path(reason)}")
 
-    plans = [_source_of(Path(p), source_name, skipped) for p in paths]
+    def not_listed(folder: Path, reason: str) -> None:
+        unlisted[folder] = reason
+
+    plans = [_source_of(Path(p), source_name, skipped, not_listed) for p in paths]
     for name, _, _, _ in plans:
         if name == f"metis-{base.name}":
             raise InvalidInput(
@@ -204,7 +293,9 @@ def index_paths(
     with pool.connection() as conn:
         # Every source is checked (a name reading another folder is refused) before anything is
         # written or the base is marked as indexing: a refused run leaves the base as it was.
-        source_ids = [storage.ensure_source(conn, base.base_id, name, str(root)) for name, root, _, _ in plans]
+        source_ids = [
+            storage.ensure_source(conn, base.base_id, name, display_path(str(root))) for name, root, _, _ in plans
+        ]
         storage.set_status(conn, base.base_id, "indexing")
     if embedder is not None:
         try:
@@ -220,28 +311,49 @@ def index_paths(
         seen: set[str] = set()
         batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents)
         for path in files:
-            rel = path.relative_to(root).as_posix()
-            seen.add(rel)
-            pending = _read_file(pool, spec, embedder, run, path, rel, known.get(rel))
-            if pending is not None:
-                batch.add(pending)
+            rel = display_path(path.relative_to(root).as_posix())
+            if rel in seen:  # two names alike once their undecodable bytes are written \xNN
+                run.failed.append(FailedDocument(rel, f"{display_path(str(path))}: another file of this folder"
+                                                      f" is indexed under the same name {rel!r}: skipped"))
+            else:
+                seen.add(rel)
+                pending = _read_file(pool, spec, embedder, run, path, rel, known.get(rel), budget)
+                if pending is not None:
+                    batch.add(pending)
             batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
             done += 1
             if on_progress:
                 on_progress(done, total, run.chunks)
         batch.write()
+        # A folder that could not be listed is not a folder whose files are gone.
+        blind = [display_path(f.relative_to(root).as_posix()) for f in unlisted if f.is_relative_to(root)]
+        kept: dict[str, int] = {}
         if deletes:
             for rel, (document_id, _) in known.items():
-                if rel not in seen:
-                    with pool.connection() as conn:
-                        storage.delete_document(conn, base.base_id, document_id)
-                    run.deleted += 1
+                if rel in seen:
+                    continue
+                hidden = next((b for b in blind if b == "." or rel.startswith(b + "/")), None)
+                if hidden is not None:
+                    kept[hidden] = kept.get(hidden, 0) + 1
+                    continue
+                with pool.connection() as conn:
+                    storage.delete_document(conn, base.base_id, document_id)
+                run.deleted += 1
+        for folder, reason in unlisted.items():
+            if not folder.is_relative_to(root):
+                continue
+            rel = display_path(folder.relative_to(root).as_posix())
+            count = kept.get(rel, 0)
+            run.warnings.append(
+                f"{display_path(str(folder))}: folder {reason}: not indexed"
+                + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
+            )
 
     with pool.connection() as conn:
         missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
         status = "waiting" if missing else "ready"
         storage.set_status(conn, base.base_id, status, indexed=True)
-    if run.read == 0 and not run.failed and total == 0:
+    if run.read == 0 and not run.failed and total == 0 and not unlisted:
         run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
     return IndexReport(
         base=base.name, read=run.read, new=run.new, changed=run.changed, unchanged=run.unchanged,
@@ -313,23 +425,35 @@ def _read_file(
     path: Path,
     rel: str,
     known: tuple[int, str] | None,
+    budget_s: float | None = None,
 ) -> storage.PendingDocument | None:
-    """Read, chunk and embed a new or changed file; None when it is unchanged or unreadable."""
+    """Read, chunk and embed a new or changed file; None when it is unchanged or unreadable.
+
+    Any exception while reading or chunking the file, except a database error,
+    puts it in ``run.failed`` with a reason naming it (:func:`_failure_reason`);
+    a file already indexed keeps its indexed version.
+    """
+    shown = display_path(str(path))
     try:
         info = path.stat()
         if not path.is_file():  # a FIFO or device named .txt would block the hash below
-            raise UnreadableDocument(f"{path}: not a regular file")
+            raise UnreadableDocument(f"{shown}: not a regular file")
         size = info.st_size
         if size > spec.max_file_bytes:
-            raise UnreadableDocument(f"{path}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
+            raise UnreadableDocument(f"{shown}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
         content_hash, size = _hash_file(path)
         if known is not None and known[1] == content_hash:
             run.unchanged += 1
             return None
-        document = read_document(path, max_bytes=spec.max_file_bytes)
-        chunks = chunk_document(document, chunk_size=spec.chunk_size)
-    except (UnreadableDocument, OSError) as exc:
-        reason = exc.message if isinstance(exc, UnreadableDocument) else f"{path}: {exc.strerror or exc}"
+        with time_budget(budget_s, str(path)):
+            document = read_document(path, max_bytes=spec.max_file_bytes)
+            chunks = chunk_document(document, chunk_size=spec.chunk_size)
+    except (psycopg.Error, DatabaseUnavailable):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one file never ends the run (module docstring)
+        reason = _failure_reason(shown, exc)
+        if known is not None:
+            reason += " (its indexed version is kept)"
         log.warning("skipped %s", reason)
         run.failed.append(FailedDocument(rel, reason))
         return None
@@ -341,6 +465,20 @@ def _read_file(
     vectors = _vectors_for(run, embedder, chunks, reuse)
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
     return storage.PendingDocument(meta, chunks, vectors, replaces=known[0] if known else None)
+
+
+def _failure_reason(shown: str, exc: Exception) -> str:
+    """Return why a file was skipped, starting with its path `shown`: ``"<path>: <reason>"``."""
+    if isinstance(exc, UnreadableDocument):
+        return display_path(exc.message)
+    if isinstance(exc, OSError):
+        return f"{shown}: cannot open: {exc.strerror or exc}"
+    if isinstance(exc, RecursionError):
+        return f"{shown}: nested too deeply to read (RecursionError)"
+    if isinstance(exc, MemoryError):
+        return f"{shown}: out of memory while reading"
+    detail = display_path(str(exc))[:300]
+    return f"{shown}: could not be read ({type(exc).__name__}{': ' + detail if detail else ''})"
 
 
 #: Attempts to switch a base to its new model while indexers keep adding chunks.

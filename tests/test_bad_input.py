@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
+from raw_files import SURROGATE_CMAP, raw_pdf
 from typer.testing import CliRunner
 
+import metis_pg.readers.markdown as markdown_reader
+from metis_pg import indexing
 from metis_pg.cli import app
 
 PORTUGUESE = "Configuração do sistema\n\nA instalação é simples: você precisa de três passos.\n"
@@ -160,3 +163,305 @@ def test_short_legacy_text_is_decoded_by_its_code_page(tmp_path, text, encoding)
     path.write_bytes(text.encode(encoding))
 
     assert read_document(path).text == text
+
+
+# --- issue 13: one file never aborts a run; a walk error is never a deletion ----------------------
+
+
+
+def write_files(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return folder
+
+
+GOOD = {
+    "good.md": "# Onboarding\n\nNew staff receive a badge on their first day.\n",
+    "other.txt": "The canteen opens at noon and closes at three.\n",
+}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+        RecursionError("maximum recursion depth exceeded"),
+        ValueError("a parser's complaint"),
+        MemoryError(),
+        KeyError("word/styles.xml"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_any_exception_reading_one_file_skips_it_and_the_run_writes_its_batch(
+    metis, base_name, tmp_path, monkeypatch, error
+):
+    kb = write_files(tmp_path / "kb", {**GOOD, "bad.md": "# Bad\n\nThis one makes the reader fail.\n"})
+    real = markdown_reader.read
+
+    def failing(path, data):
+        if path.endswith("bad.md"):
+            raise error
+        return real(path, data)
+
+    monkeypatch.setattr(markdown_reader, "read", failing)
+
+    first = metis.index(base_name, kb)
+    again = metis.index(base_name, kb)
+
+    assert [f.path for f in first.failed] == ["bad.md"]
+    assert first.failed[0].reason.startswith(f"{kb / 'bad.md'}: ")
+    assert type(error).__name__ in first.failed[0].reason or "out of memory" in first.failed[0].reason
+    assert (first.new, first.status) == (2, "ready")
+    assert (again.unchanged, again.deleted, [f.path for f in again.failed]) == (2, 0, ["bad.md"])
+    assert metis.search(base_name, "badge first day").results[0].citation.document == "good.md"
+
+
+def test_an_exception_while_chunking_one_file_skips_it(metis, base_name, tmp_path, monkeypatch):
+    kb = write_files(tmp_path / "kb", {**GOOD, "bad.txt": "Chunking this one fails.\n"})
+    real = indexing.chunk_document
+
+    def failing(doc, **kwargs):
+        if doc.path.endswith("bad.txt"):
+            raise IndexError("list index out of range")
+        return real(doc, **kwargs)
+
+    monkeypatch.setattr(indexing, "chunk_document", failing)
+
+    report = metis.index(base_name, kb)
+
+    assert [(f.path, f.reason) for f in report.failed] == [
+        ("bad.txt", f"{kb / 'bad.txt'}: could not be read (IndexError: list index out of range)")
+    ]
+    assert report.new == 2
+
+
+def test_a_file_name_with_undecodable_bytes_is_indexed_under_a_stable_escaped_name(metis, base_name, tmp_path):
+    kb = write_files(tmp_path / "kb", GOOD)
+    odd = os.path.join(os.fsencode(kb), b"caf\xe9 notes.md")  # Latin-1 é: not UTF-8
+    with open(odd, "wb") as f:
+        f.write(b"# Caf\xc3\xa9\n\nThe espresso machine is descaled on Fridays.\n")
+
+    first = metis.index(base_name, kb)
+    hit = metis.search(base_name, "espresso descaled", mode="keyword").results[0]
+    again = metis.index(base_name, kb)
+    os.remove(odd)
+    gone = metis.index(base_name, kb)
+
+    assert (first.new, first.failed) == (3, ())
+    assert (hit.citation.document, hit.citation.title) == ("caf\\xe9 notes.md", "Café")
+    assert (again.unchanged, again.new, again.deleted) == (3, 0, 0)
+    assert (gone.unchanged, gone.deleted) == (2, 1)
+
+
+def test_undecodable_name_as_its_own_title_and_in_a_reason_is_escaped(metis, base_name, tmp_path):
+    kb = write_files(tmp_path / "kb", GOOD)
+    with open(os.path.join(os.fsencode(kb), b"r\xe9sum\xe9.txt"), "wb") as f:
+        f.write(b"\n\n" + b"zebra crossing " * 10 + b"\n")  # a first line too long to be the title: the name is
+    with open(os.path.join(os.fsencode(kb), b"vide\xff.md"), "wb") as f:
+        pass  # empty: refused with a reason naming it
+
+    report = metis.index(base_name, kb)
+
+    assert [(f.path, f.reason) for f in report.failed] == [("vide\\xff.md", f"{kb}/vide\\xff.md: empty file")]
+    hit = metis.search(base_name, "zebra crossing", mode="keyword").results[0]
+    assert (hit.citation.document, hit.citation.title) == ("r\\xe9sum\\xe9.txt", "r\\xe9sum\\xe9")
+
+
+def test_pdf_whose_title_and_text_decode_to_nul_and_lone_surrogates_indexes_cleaned(metis, base_name, tmp_path):
+    kb = write_files(tmp_path / "kb", GOOD)
+    # /Title: UTF-16 with a lone surrogate; pypdf falls back to PDFDocEncoding and gives NULs.
+    (kb / "nul-title.pdf").write_bytes(raw_pdf(b"BT /F1 12 Tf 72 700 Td (Quarterly lighthouse figures) Tj ET",
+                                               b"/Title <FEFF0041D800>"))
+    (kb / "surrogate.pdf").write_bytes(raw_pdf(b"BT /F1 12 Tf 72 700 Td (AB harbour tide tables) Tj ET",
+                                               b"/Title (Tides)", to_unicode=SURROGATE_CMAP))
+
+    report = metis.index(base_name, kb)
+
+    assert (report.new, report.failed) == (4, ())
+    lighthouse = metis.search(base_name, "lighthouse figures", mode="keyword").results[0]
+    assert "\x00" not in lighthouse.citation.title and lighthouse.citation.title.endswith("A\u00d8")
+    tide = metis.search(base_name, "harbour tide", mode="keyword").results[0]
+    assert (tide.citation.title, tide.text) == ("Tides", "\ufffd harbour tide tables")
+
+
+def remove_tree(top: Path) -> None:
+    """Remove a folder tree without recursion (shutil.rmtree, and pytest's cleanup, recurse per level)."""
+    folders, stack = [], [top]
+    while stack:
+        folder = stack.pop()
+        folders.append(folder)
+        for entry in os.scandir(folder):
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            else:
+                os.unlink(entry.path)
+    for folder in reversed(folders):
+        os.rmdir(folder)
+
+
+def test_a_folder_nested_a_thousand_levels_indexes_without_recursion_error(metis, base_name, tmp_path):
+    kb = write_files(tmp_path / "kb", GOOD)
+    deep = kb
+    try:
+        for _ in range(1000):  # one level at a time: Path.mkdir(parents=True) itself recurses
+            deep = deep / "d"
+            deep.mkdir()
+        (deep / "bottom.md").write_text("The deepest note mentions the submarine.\n", encoding="utf-8")
+
+        report = metis.index(base_name, kb)
+        again = metis.index(base_name, kb)
+    finally:
+        remove_tree(kb / "d")
+
+    assert (report.new, report.failed) == (3, ())
+    hit = metis.search(base_name, "submarine", mode="keyword").results[0]
+    assert hit.citation.document == "d/" * 1000 + "bottom.md"
+    assert (again.unchanged, again.deleted) == (3, 0)
+
+
+def refuse_listing(monkeypatch, folder: Path) -> None:
+    """Make os.scandir(folder) fail as it does for a user without read permission (EACCES)."""
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path) == os.fspath(folder):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_folder_that_cannot_be_listed_keeps_its_documents_and_warns(metis, base_name, tmp_path, monkeypatch):
+    kb = write_files(tmp_path / "kb", {**GOOD, "sub/a.txt": "Alpha walrus.", "sub/b.txt": "Beta walrus.",
+                                      "sub/deeper/c.txt": "Gamma walrus."})
+    assert metis.index(base_name, kb).new == 5
+    refuse_listing(monkeypatch, kb / "sub")
+
+    report = metis.index(base_name, kb)
+
+    assert (report.deleted, report.unchanged, report.failed) == (0, 2, ())
+    assert (f"{kb / 'sub'}: folder cannot be listed (Permission denied): not indexed;"
+            " its 3 indexed documents kept, not deleted") in report.warnings
+    assert len(metis.search(base_name, "walrus", mode="keyword").results) == 3
+    monkeypatch.undo()
+    (kb / "sub" / "a.txt").unlink()
+    assert metis.index(base_name, kb).deleted == 1  # once listed again, what is gone is deleted
+
+
+def test_an_unlistable_source_folder_deletes_nothing(metis, base_name, tmp_path, monkeypatch):
+    kb = write_files(tmp_path / "kb", GOOD)
+    metis.index(base_name, kb)
+    refuse_listing(monkeypatch, kb)
+
+    report = metis.index(base_name, kb)
+
+    assert (report.deleted, report.status) == (0, "ready")
+    assert report.warnings == (
+        f"{kb}: folder cannot be listed (Permission denied): not indexed; its 2 indexed documents kept, not deleted",
+    )
+    assert metis.base(base_name).documents == 2
+
+
+def test_a_file_that_cannot_be_opened_on_reindex_keeps_its_indexed_version(metis, base_name, tmp_path, monkeypatch):
+    kb = write_files(tmp_path / "kb", GOOD)
+    metis.index(base_name, kb)
+    real = indexing._hash_file
+
+    def hash_file(path):
+        if path.name == "good.md":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(indexing, "_hash_file", hash_file)
+
+    report = metis.index(base_name, kb)
+
+    assert (report.deleted, report.unchanged) == (0, 1)
+    assert [(f.path, f.reason) for f in report.failed] == [
+        ("good.md", f"{kb / 'good.md'}: cannot open: Permission denied (its indexed version is kept)")
+    ]
+    assert metis.search(base_name, "badge first day").results[0].citation.document == "good.md"
+
+
+def walk_as_nobody(root: Path) -> dict:
+    """Run walk_source(root) in a child process that has given up root (uid/gid of 'nobody')."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no exec (the interpreter lives under /root), just the walk
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            unlisted, skipped = {}, {}
+            files = [str(p.relative_to(root)) for p in indexing.walk_source(
+                root, lambda p, r: skipped.__setitem__(str(p.relative_to(root)), r),
+                lambda p, r: unlisted.__setitem__(str(p.relative_to(root)), r))]
+            opened = {}
+            for name in files:
+                try:
+                    (root / name).stat()
+                    opened[name] = "ok"
+                except OSError as exc:
+                    opened[name] = exc.strerror
+            os.write(write_end, json.dumps({"files": files, "unlisted": unlisted, "opened": opened}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, "the walk failed in the child"
+    return json.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives up root in a child process to make chmod bite")
+def test_walk_as_an_ordinary_user_skips_unlistable_and_unsearchable_folders(tmp_path):
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="metis-walk-"))  # tmp_path's parents are 0700: not for nobody
+    try:
+        base.chmod(0o755)
+        root = write_files(base / "kb", {"top.md": "Top.", "closed/a.md": "A.", "closed/b.md": "B.",
+                                         "peek/c.md": "C.", "peek/inner/d.md": "D.", "open/e.md": "E."})
+        for folder in (root, *[p for p in root.rglob("*") if p.is_dir()]):
+            folder.chmod(0o755)
+        (root / "closed").chmod(0o000)  # neither listable nor searchable
+        (root / "peek").chmod(0o644)  # listable (r), not searchable (no x)
+
+        seen = walk_as_nobody(root)
+    finally:
+        for folder in (base, *base.rglob("*")):
+            if folder.is_dir():
+                folder.chmod(0o755)
+        shutil.rmtree(base)
+
+    assert seen["files"] == ["top.md", "open/e.md", "peek/c.md"]
+    assert seen["opened"] == {"top.md": "ok", "open/e.md": "ok", "peek/c.md": "Permission denied"}
+    assert seen["unlisted"] == {"closed": "cannot be listed (Permission denied)",
+                                "peek/inner": "cannot be listed (Permission denied)"}
+
+
+def test_the_file_time_budget_skips_a_slow_file_with_its_reason(metis, base_name, tmp_path, monkeypatch):
+    kb = write_files(tmp_path / "kb", GOOD)
+    (kb / "slow.md").write_text("# Part\n\nSome words here.\n\n" * 100_000, encoding="utf-8")
+
+    by_argument = metis.index(base_name, kb, file_time_budget_s=0.5)
+    monkeypatch.setenv("METIS_FILE_TIME_BUDGET_S", "0.000001")
+    by_setting = metis.index(base_name, kb)
+
+    assert [(f.path, f.reason) for f in by_argument.failed] == [
+        ("slow.md", f"{kb / 'slow.md'}: took longer than 0.5 s to read: skipped")
+    ]
+    assert by_argument.new == 2
+    assert [f.reason for f in by_setting.failed] == [f"{kb / 'slow.md'}: took longer than 1e-06 s to read: skipped"]
+    assert by_setting.unchanged == 2

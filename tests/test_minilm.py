@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import metis_pg
 from metis_pg.config import BaseSpec
 from metis_pg.errors import ConfigError
 from metis_pg.models import Embedder

@@ -10,6 +10,7 @@ import docx
 import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
+from raw_files import SURROGATE_CMAP, raw_pdf
 
 from metis_pg.chunking import chunk_document
 from metis_pg.errors import UnreadableDocument
@@ -436,6 +437,43 @@ def test_file_over_max_bytes_is_refused_before_reading(tmp_path):
 
     assert str(path) in caught.value.message
     assert isinstance(read_document(path, max_bytes=2_000), Document)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        # A content stream that does not inflate: pypdf logs the zlib error and returns no text.
+        (raw_pdf(b"not deflated at all", stream_filter=b"/FlateDecode"),
+         "corrupt PDF: text extraction failed on every page (1 page; page 1: "),
+        (raw_pdf(b"BT /F1 12 Tf (x) Tj ET", no_pages=True), "PDF without pages"),
+        (b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 9 0 R >>\nendobj\ntrailer << /Root 1 0 R >>\n%%EOF\n",
+         "corrupt PDF"),
+        (b"%PDF-1.4\nnothing but words\n", "truncated or corrupt PDF (no %%EOF end marker)"),
+    ],
+    ids=["bad content stream", "no pages", "broken object tree", "no end marker"],
+)
+def test_pdf_failures_say_what_they_are_not_scanned(tmp_path, data, reason):
+    path = tmp_path / "broken.pdf"
+    path.write_bytes(data)
+
+    with pytest.raises(UnreadableDocument) as caught:
+        read_document(path)
+
+    assert caught.value.message.startswith(f"{path}: {reason}")
+    assert "scanned" not in caught.value.message and "OCR" not in caught.value.message
+
+
+def test_pdf_text_and_title_with_nul_and_lone_surrogates_are_cleaned(tmp_path):
+    path = tmp_path / "odd.pdf"
+    path.write_bytes(raw_pdf(b"BT /F1 12 Tf 72 700 Td (AB tide tables) Tj ET", b"/Title <FEFF0041D800>",
+                             to_unicode=SURROGATE_CMAP))
+
+    doc = read_document(path)
+
+    assert doc.title == "\u00fe\u00ffA\u00d8"  # pypdf's PDFDocEncoding fallback; its NULs dropped
+    assert doc.text == "\ufffd tide tables"  # glyph A maps to U+D800: replaced; B maps to NUL: dropped
+    assert doc.sections[0].text == doc.text
+    doc.text.encode("utf-8")
 
 
 def test_pdf_encrypted_with_owner_password_only_is_read(tmp_path):

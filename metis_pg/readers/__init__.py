@@ -4,21 +4,36 @@ One module per kind (``markdown``, ``text``, ``html``, ``pdf``, ``docx``), each
 with a ``read(path, data) -> Document``. :func:`read_document` checks what is
 common (known extension, not empty, not over ``max_bytes``), reads the bytes
 once and hands them to the reader of the file's kind. Every failure is an
-:class:`~metis_pg.errors.UnreadableDocument` whose message starts with the path.
+:class:`~metis_pg.errors.UnreadableDocument` whose message starts with the path
+(undecodable bytes of a file name shown as ``\\xNN``: :func:`display_path`).
+
+What a reader returns is cleaned (:func:`clean_text`): a NUL or a lone
+surrogate (a PDF's ``/Info`` title or text, an HTML character reference) is
+replaced by U+FFFD one for one, so offsets hold and PostgreSQL accepts every string.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
 from pathlib import Path
 
-from . import docx, html, markdown, pdf, text
-from ._common import unreadable
+from ._common import (
+    TimeBudgetExceeded,
+    check_time_budget,
+    clean_text,
+    display_path,
+    time_budget,
+    unreadable,
+)
 from .document import Document, Section
 from .text import read_text_file
 
-__all__ = ["KINDS", "Document", "Section", "kind_of", "read_document", "read_text_file"]
+__all__ = [
+    "KINDS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "clean_text",
+    "display_path", "kind_of", "read_document", "read_text_file", "time_budget",
+]
 
 #: File extension (lower case) → document kind.
 KINDS = {
@@ -31,7 +46,9 @@ KINDS = {
     ".pdf": "pdf",
     ".docx": "docx",
 }
-_READERS = {"md": markdown.read, "txt": text.read, "html": html.read, "pdf": pdf.read, "docx": docx.read}
+#: Kind → the module reading it, imported on first use (pypdf, python-docx and bs4 take a
+#: second to import: a search needs none of them).
+_READERS = {"md": "markdown", "txt": "text", "html": "html", "pdf": "pdf", "docx": "docx"}
 
 
 def kind_of(path: str | os.PathLike) -> str | None:
@@ -70,4 +87,25 @@ def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Do
         raise unreadable(name, "empty file")
     if len(data) > max_bytes:
         raise unreadable(name, f"file too large: over the {max_bytes}-byte limit")
-    return _READERS[kind](name, data)
+    reader = importlib.import_module(f".{_READERS[kind]}", __name__)
+    return clean_document(reader.read(name, data))
+
+
+def clean_document(doc: Document) -> Document:
+    """Return ``doc`` with every NUL and surrogate in its strings replaced by U+FFFD (see :func:`clean_text`).
+
+    ``path`` stays as given; sections stay slices of ``text`` (the replacement is one character for one).
+    In the title and headings, which no offset points into, a NUL is dropped instead.
+    """
+
+    def label(text: str) -> str:
+        return clean_text(text.replace("\x00", ""))
+
+    sections = tuple(
+        Section(tuple(label(h) for h in s.headings), clean_text(s.text), s.page, s.line, s.char_start)
+        for s in doc.sections
+    )
+    return Document(
+        doc.path, label(doc.title), doc.kind, sections, clean_text(doc.text),
+        tuple(display_path(w) for w in doc.warnings),
+    )

@@ -10,11 +10,21 @@ French Latin-1 text and would turn "Configuração" into "Configuraçăo" or
 "ConfiguraÓÐo"). Newlines are normalised to ``"\\n"`` as Python's ``open()``
 does, so line numbers count the same lines as an editor. NUL characters mean
 binary content and the file is refused.
+
+Also here: :func:`clean_text` (no NUL or lone surrogate reaches the database),
+:func:`display_path` (a file name with undecodable bytes, shown and stored
+escaped), and the per-file time budget (:func:`time_budget`,
+:func:`check_time_budget`) the readers and the chunker check in their loops.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from charset_normalizer import from_bytes
@@ -43,8 +53,76 @@ MAX_TITLE_CHARS = 100
 
 
 def unreadable(path: str, reason: str) -> UnreadableDocument:
-    """Return the error for a file that cannot be read: ``"<path>: <reason>"``."""
-    return UnreadableDocument(f"{path}: {reason}")
+    """Return the error for a file that cannot be read: ``"<path>: <reason>"`` (path as :func:`display_path`)."""
+    return UnreadableDocument(f"{display_path(path)}: {reason}")
+
+
+# NUL and UTF-16 surrogates (lone or not: a Python str holds a pair as two code points) cannot be
+# encoded to UTF-8, and PostgreSQL text refuses NUL.
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+# What os.fsdecode makes of an undecodable byte 0xNN of a file name (surrogateescape).
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def clean_text(text: str) -> str:
+    """Return ``text`` with each NUL and surrogate code point replaced by U+FFFD.
+
+    One character for one: offsets into the text (``Section.char_start``) stay valid.
+    """
+    if _BAD_CHARS.search(text) is None:
+        return text
+    return _BAD_CHARS.sub("\ufffd", text)
+
+
+def display_path(path: str) -> str:
+    """Return a file path (or any message holding one) as text PostgreSQL and a terminal accept.
+
+    Each undecodable byte of a file name (``os.fsdecode`` makes byte 0xNN the
+    surrogate U+DCNN) becomes the four characters ``\\xNN``, so
+    ``b"caf\\xe9.md"`` is shown and stored as ``caf\\xe9.md``: the same name on
+    every run. Other NUL or surrogate characters become U+FFFD (:func:`clean_text`).
+    """
+    if _BAD_CHARS.search(path) is None:
+        return path
+    return clean_text(_ESCAPED_BYTE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}", path))
+
+
+class TimeBudgetExceeded(UnreadableDocument):
+    """A file took longer to read and chunk than the per-file time budget (:func:`time_budget`)."""
+
+
+# (deadline on time.monotonic(), budget in seconds, path) of the file being read in this context.
+_DEADLINE: ContextVar[tuple[float, float, str] | None] = ContextVar("metis_file_deadline", default=None)
+
+
+@contextmanager
+def time_budget(seconds: float | None, path: str) -> Iterator[None]:
+    """Give the reading and chunking of the file at ``path`` at most ``seconds`` (None: no bound).
+
+    The bound is cooperative: :func:`check_time_budget`, called in the loops of
+    the readers (per line, node, page, paragraph) and of the chunker (per
+    paragraph and piece), raises :class:`TimeBudgetExceeded` once the deadline
+    has passed. One library call that does not return to those loops (pypdf
+    extracting one page's text, BeautifulSoup parsing the whole page, decoding)
+    finishes before the check sees the deadline, so a file may overrun by the
+    time of its slowest such call.
+    """
+    token = _DEADLINE.set(None if seconds is None else (time.monotonic() + seconds, seconds, path))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_time_budget() -> None:
+    """Raise :class:`TimeBudgetExceeded` if the current file's time budget has run out.
+
+    Raises:
+        TimeBudgetExceeded: ``"<path>: took longer than <budget> s to read: skipped"``.
+    """
+    deadline = _DEADLINE.get()
+    if deadline is not None and time.monotonic() > deadline[0]:
+        raise TimeBudgetExceeded(f"{display_path(deadline[2])}: took longer than {deadline[1]:g} s to read: skipped")
 
 
 def decode_text(data: bytes, path: str, *, declared: str | None = None) -> str:
@@ -113,8 +191,8 @@ def first_line_title(text: str) -> str | None:
 
 
 def file_title(path: str) -> str:
-    """Return the file name without its extension (the title of last resort)."""
-    return Path(path).stem
+    """Return the file name without its extension (the title of last resort), as :func:`display_path`."""
+    return display_path(Path(path).stem)
 
 
 class LineCounter:
@@ -173,12 +251,15 @@ class TextBuilder:
     block becomes a :class:`Section`; a block without a line number joins the
     previous section when nothing but the blank line separates them (same
     headings, same page), so a docx section is one Section, not one per paragraph.
+    Linear in the text's size: a section's text is sliced from the whole text once, at the end.
     """
 
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._size = 0
-        self.sections: list[Section] = []
+        # [headings, page, line, start, end] of each section, end exclusive, in the text.
+        self._sections: list[list] = []
+        self._built: tuple[int, list[Section]] | None = None
 
     def _append(self, text: str) -> int:
         if self._parts:
@@ -196,22 +277,28 @@ class TextBuilder:
 
     def body(self, text: str, headings: tuple[str, ...], *, page: int | None = None, line: int | None = None) -> None:
         """Add a block of body text under ``headings``; whitespace-only blocks are dropped."""
+        check_time_budget()
         text = text.strip()
         if not text:
             return
-        last = self.sections[-1] if self.sections else None
+        last = self._sections[-1] if self._sections else None
         start = self._append(text)
-        if (
-            last is not None
-            and line is None
-            and (last.headings, last.page) == (headings, page)
-            and last.char_start + len(last.text) + 2 == start
-        ):
-            self.sections[-1] = Section(headings, last.text + "\n\n" + text, page, last.line, last.char_start)
+        if last is not None and line is None and (last[0], last[1]) == (headings, page) and last[4] + 2 == start:
+            last[4] = start + len(text)
         else:
-            self.sections.append(Section(headings, text, page, line, start))
+            self._sections.append([headings, page, line, start, start + len(text)])
+
+    @property
+    def sections(self) -> list[Section]:
+        """The sections so far, in document order."""
+        if self._built is None or self._built[0] != self._size:
+            text = self.text
+            self._built = (self._size, [Section(h, text[s:e], p, ln, s) for h, p, ln, s, e in self._sections])
+        return self._built[1]
 
     @property
     def text(self) -> str:
         """The document text assembled so far."""
-        return "".join(self._parts)
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""

@@ -4,8 +4,8 @@ Rules:
 
 - A paragraph styled Title (level 0) or Heading N (level N) sets the heading
   path; every other paragraph is body text, in document order.
-- A table's rows are body paragraphs, cells joined by ``" | "`` (a merged
-  cell counted once).
+- A table's rows are body paragraphs, cells joined by ``" | "`` (a cell
+  merged across columns counted once; one merged down rows repeated on each).
 - Before python-docx opens it, the file must be a zip holding
   ``word/document.xml`` whose entries add up to at most MAX_UNZIPPED_BYTES
   uncompressed (a zip bomb is refused without inflating anything).
@@ -18,11 +18,13 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+from collections.abc import Iterator
 
 import docx
-from docx.table import Table
+from docx.table import Table, _Cell
 
-from ._common import HeadingPath, TextBuilder, collapse, file_title, unreadable
+from ..errors import UnreadableDocument
+from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, unreadable
 from .document import Document
 
 __all__ = ["MAX_UNZIPPED_BYTES", "read"]
@@ -52,12 +54,26 @@ def _level(style_name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _row_text(row) -> str:
-    cells = []
-    for cell in row.cells:
-        if not cells or cell is not cells[-1]:
-            cells.append(cell)
-    return " | ".join(t for t in (collapse(c.text) for c in cells) if t)
+def _table_rows(table: Table) -> Iterator[str]:
+    """Yield the text of each row of `table`: its cells' text joined by ``" | "``, a merged cell once.
+
+    A cell continuing a vertical merge gives the text of the merge's first cell,
+    kept per grid column here: python-docx's ``_Row.cells`` finds it by walking up
+    one row at a time, recursively (quadratic, and a RecursionError past ~1,000 merged rows).
+    """
+    above: dict[int, str] = {}  # grid column → text of the cell a vertical merge there started with
+    for tr in table._tbl.tr_lst:
+        texts = []
+        column = tr.grid_before
+        for tc in tr.tc_lst:
+            if tc.vMerge == "continue":
+                text = above.get(column, "")
+            else:
+                text = collapse(_Cell(tc, table).text)
+            above[column] = text
+            texts.append(text)
+            column += tc.grid_span
+        yield " | ".join(t for t in texts if t)
 
 
 def read(path: str, data: bytes) -> Document:
@@ -70,6 +86,8 @@ def read(path: str, data: bytes) -> Document:
     try:  # python-docx parses lazily: its errors (and lxml's, KeyError, ...) surface while walking
         document = docx.Document(io.BytesIO(data))
         out, title = _extract(document)
+    except UnreadableDocument:  # the time budget ran out
+        raise
     except Exception as exc:
         raise unreadable(path, f"corrupt .docx ({type(exc).__name__}: {exc})") from exc
     return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text)
@@ -80,13 +98,20 @@ def _extract(document) -> tuple[TextBuilder, str | None]:
     out = TextBuilder()
     headings = HeadingPath()
     title = first_h1 = None
-    for block in document.iter_inner_content():
+    levels: dict[str | None, int | None] = {}  # python-docx looks a style up by scanning every style
+    for n, block in enumerate(document.iter_inner_content()):
+        if not n & 1023:
+            check_time_budget()
         if isinstance(block, Table):
-            for row in block.rows:
-                out.body(_row_text(row), headings.path)
+            for row_text in _table_rows(block):
+                out.body(row_text, headings.path)
             continue
         text = collapse(block.text)
-        level = _level(block.style.name if block.style is not None else "")
+        style_id = block._p.style  # the pStyle id; the style's name is looked up once per id
+        if style_id not in levels:
+            style = block.style
+            levels[style_id] = _level(style.name if style is not None else "")
+        level = levels[style_id]
         if level is None:
             out.body(text, headings.path)
             continue
