@@ -177,6 +177,10 @@ def _default_home() -> Path:
     return Path(f"/var/tmp/metis-{os.getuid()}")
 
 
+def _default_inflight_searches() -> int:
+    return 8 * (os.cpu_count() or 1)
+
+
 class Settings(BaseSettings):
     """Process-wide settings, each read from the environment variable ``METIS_<NAME>``.
 
@@ -203,6 +207,21 @@ class Settings(BaseSettings):
         "", description="Folders indexing through HTTP may read, colon-separated. None: indexing through HTTP "
                         "is refused.")
     max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
+    max_inflight_searches: int = Field(
+        default_factory=_default_inflight_searches, ge=1,
+        description="HTTP searches and compares computed at once (default 8 x cores); one more is answered at "
+                    "once 503 OVERLOADED with Retry-After: 1, never queued.")
+    request_read_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds an HTTP client has to send a request's headers (from the connection or "
+                                "the request's first byte), and again its body; else 408 and the connection is "
+                                "closed.")
+    keep_alive_timeout_s: float = Field(5.0, gt=0, description="Seconds an idle HTTP keep-alive connection stays open.")
+    max_connections: int = Field(
+        512, ge=1, description="Open HTTP connections at most; one more is answered 503 OVERLOADED and closed.")
+    model_url_allow_hosts: str = Field(
+        "", description="host or host:port, comma-separated: the model services (embedding_url, reranker_url) a "
+                        "base created over HTTP may name. None: no model URL over HTTP (the CLI and Python API "
+                        "are not checked).")
 
     # -- waits on PostgreSQL (read by metis_pg.db and metis_pg.storage)
     database_wait_s: float = Field(
@@ -249,6 +268,8 @@ def settings_table() -> str:
     for name, info in Settings.model_fields.items():
         if info.default_factory is _default_home:
             default = "/var/tmp/metis-<uid>"
+        elif info.default_factory is _default_inflight_searches:
+            default = "8 x cores"
         elif info.default in (None, ""):
             default = "(none)"
         else:

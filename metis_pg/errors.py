@@ -15,6 +15,8 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── Unauthorized                   UNAUTHORIZED                    2    401
     ├── NotFound                       NOT_FOUND                       4    404
     ├── RequestTooLarge                REQUEST_TOO_LARGE               2    413
+    ├── RequestTimeout                 REQUEST_TIMEOUT                 2    408
+    ├── Overloaded                     OVERLOADED                      1    503
     └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
         ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
         │   └── EmbeddingDimensionMismatch  EMBEDDING_DIMENSION_MISMATCH 3 503
@@ -43,6 +45,8 @@ __all__ = [
     "Unauthorized",
     "NotFound",
     "RequestTooLarge",
+    "RequestTimeout",
+    "Overloaded",
 ]
 
 
@@ -188,3 +192,19 @@ class RequestTooLarge(MetisError):
     code = "REQUEST_TOO_LARGE"
     exit_code = 2
     http_status = 413
+
+
+class RequestTimeout(MetisError):
+    """An HTTP client did not send its request's headers or body in time (``METIS_REQUEST_READ_TIMEOUT_S``)."""
+
+    code = "REQUEST_TIMEOUT"
+    exit_code = 2
+    http_status = 408
+
+
+class Overloaded(MetisError):
+    """The HTTP service is computing as many searches as it may (``METIS_MAX_INFLIGHT_SEARCHES``): retry soon."""
+
+    code = "OVERLOADED"
+    exit_code = 1
+    http_status = 503

@@ -8,7 +8,9 @@ a second).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -16,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
@@ -29,6 +31,7 @@ from metis_pg import service
 from metis_pg.errors import ConfigError
 
 from corpus import write_corpus
+from model_servers import FakeService, openai_embeddings
 
 #: The ``metis`` console script next to this interpreter (``pip install -e .``).
 METIS = Path(sys.executable).with_name("metis")
@@ -80,7 +83,8 @@ def indexed_base(metis: metis_pg.Metis, roots: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def url(metis: metis_pg.Metis, roots: Path) -> Iterator[str]:
-    app = service.create_app(metis, tokens=[TOKEN, OTHER_TOKEN], source_roots=[roots])
+    # More searches at once than the bounded-load test sends: the bound itself has its own test.
+    app = service.create_app(metis, tokens=[TOKEN, OTHER_TOKEN], source_roots=[roots], max_inflight_searches=16)
     with service.running(app) as base_url:
         yield base_url
 
@@ -327,7 +331,44 @@ BAD_SEARCHES = [
 @pytest.mark.parametrize("change,why", BAD_SEARCHES, ids=[w for _, w in BAD_SEARCHES])
 def test_bad_search_requests_are_400(client, indexed_base, change, why):
     body = {"bases": indexed_base, "question": "router", "mode": "keyword", **change}
-    assert_error(client.post("/search", json=body), 400, "INVALID_REQUEST")
+    response = client.post("/search", json=body)
+    assert_error(response, 400, "INVALID_REQUEST")
+    assert_plain_validation_message(response.json()["error"]["message"])
+
+
+#: Words of pydantic's own error text and locations, which say nothing to a caller.
+PYDANTIC_INTERNALS = ("function-after", "constrained-str", "_clean_text", "list[", "Input should", "Value error",
+                      "Field required", "Extra inputs", "pydantic", "errors.pydantic.dev")
+
+
+def assert_plain_validation_message(message: str) -> None:
+    for word in PYDANTIC_INTERNALS:
+        assert word not in message, message
+
+
+def test_validation_errors_name_the_field_path_in_plain_words(client, indexed_base):
+    cases = [
+        ({"bases": "a\u0000b", "question": "x"}, "bases: text must not contain NUL characters"),
+        ({"bases": ["kb", "a\u0000"], "question": "x"}, "bases[1]: text must not contain NUL characters"),
+        ({"bases": 5, "question": "x"}, "bases: must be a string or a list"),
+        ({"bases": [], "question": "x"}, "bases: must hold at least 1 item"),
+        ({"bases": "kb", "question": "x", "top_k": 0}, "top_k: must be at least 1"),
+        ({"bases": "kb", "question": "x", "top_k": "5"}, "top_k: must be a whole number"),
+        ({"bases": "kb"}, "question: is required"),
+        ({"bases": "kb", "question": ""}, "question: must not be empty"),
+        ({"bases": "kb", "question": "x", "mode": "fuzzy"}, "mode: must be one of 'hybrid', 'dense' or 'keyword'"),
+        ({"bases": "kb", "question": "x", "filters": {"kinds": ["x" * 11]}},
+         "filters.kinds[0]: must have at most 10 characters"),
+        ({"bases": "kb", "question": "x", "top-k": 3}, "top-k: is not a field of this request (misspelt?)"),
+    ]
+    for body, want in cases:
+        response = client.post("/search", json=body)
+        assert_error(response, 400, "INVALID_REQUEST")
+        assert response.json()["error"]["message"] == want
+    not_object = client.post("/search", content=b"[1, 2]", headers={"Content-Type": "application/json"})
+    assert not_object.json()["error"]["message"] == "the body must be a JSON object"
+    fact = client.post(f"/bases/{indexed_base}/facts", json={"text": "x", "supersedes": "a"})
+    assert fact.json()["error"]["message"] == "supersedes: must be a whole number"
 
 
 def test_bodies_that_are_not_json_objects_are_400(client):
@@ -370,6 +411,7 @@ def test_dense_search_without_its_embedding_model_is_503(client, metis, base_nam
     metis.create_base(base_name, embedding_url=f"http://127.0.0.1:{closed_port()}", model_timeout_s=2)
     response = client.post("/search", json={"bases": base_name, "question": "router", "mode": "dense"})
     assert_error(response, 503, "EMBEDDING_MODEL_UNAVAILABLE")
+    assert response.headers["retry-after"] == "5"
     hybrid = client.post("/search", json={"bases": base_name, "question": "router"})
     assert hybrid.status_code == 200
     assert "KEYWORD_ONLY" in [w["code"] for w in hybrid.json()["warnings"]]
@@ -482,7 +524,10 @@ def test_metis_serve_command_serves_healthz_and_search(dsn, indexed_base):
         assert answer.status_code == 200 and answer.json()["results"][0]["citation"]["document"] == "orders.txt"
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        output, _ = proc.communicate(timeout=30)
+    # The INFO line per search (docs/http.md) is printed, without the question.
+    assert f"search bases={indexed_base} mode=keyword top_k=10 results=" in output, output
+    assert '"POST /search HTTP/1.1" 200' in output and "PO-2231" not in output
 
 
 # -- bounded load ------------------------------------------------------------------
@@ -523,3 +568,366 @@ def test_bounded_load_keyword_and_hybrid_has_no_errors(url, indexed_base):
     assert len(keyword) == 50 and len(hybrid) == 20
     assert statistics.median(keyword) > 0 and statistics.median(hybrid) > 0
 
+
+
+# -- the package's layout ------------------------------------------------------------
+
+
+def test_metis_pg_service_keeps_its_public_names_and_each_concern_has_its_module():
+    # cli.py, the tests and benchmarks import these from metis_pg.service; the package split must not break them.
+    for name in service.__all__:
+        assert getattr(service, name) is not None, name
+    from metis_pg.service import app, errors, gate, jobs, schemas, server, settings, sources
+
+    assert service.create_app is app.create_app and service.serve is server.serve
+    assert service.error_response is errors.error_response and service.Jobs is jobs.Jobs
+    assert service.resolve_source_path is sources.resolve_source_path and service.SETTINGS is settings.SETTINGS
+    assert hasattr(gate, "Gate") and hasattr(schemas, "SearchIn")
+
+
+# -- overload and slow clients ---------------------------------------------------------
+
+
+def raw_request(url: str, data: bytes, *, dribble: bytes = b"", every_s: float = 0.3,
+                give_up_s: float = 20) -> tuple[bytes, float]:
+    """Send `data` on a raw connection, then `dribble` one byte every `every_s`; return what came back and when.
+
+    Reads until the server closes the connection or `give_up_s` pass (then the answer is what came so far).
+    """
+    host, port = url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=give_up_s) as sock:
+        sock.sendall(data)
+        sock.settimeout(every_s if dribble else give_up_s)
+        pending = list(dribble)
+        while time.monotonic() - started < give_up_s:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                if pending:
+                    try:
+                        sock.sendall(bytes([pending.pop(0)]))
+                    except OSError:
+                        break
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    return received, time.monotonic() - started
+
+
+@pytest.fixture()
+def held_embeddings() -> Iterator[tuple[FakeService, threading.Event, list[int]]]:
+    """An embedding service that answers only once released; it records the most requests it held at once."""
+    release = threading.Event()
+    lock = threading.Lock()
+    state = {"now": 0}
+    peak = [0]
+
+    def respond(path: str, body: Any) -> tuple[int, Any]:
+        with lock:
+            state["now"] += 1
+            peak[0] = max(peak[0], state["now"])
+        release.wait(20)
+        with lock:
+            state["now"] -= 1
+        return openai_embeddings(body, 384)
+
+    fake = FakeService(respond)
+    try:
+        yield fake, release, peak
+    finally:
+        release.set()
+        fake.close()
+
+
+def test_searches_beyond_the_in_flight_bound_are_503_with_retry_after_at_once(metis, base_name, held_embeddings):
+    fake, release, peak = held_embeddings
+    metis.create_base(base_name, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], max_inflight_searches=2)
+    with service.running(app) as url, ThreadPoolExecutor(8) as pool:
+        def search(i: int) -> httpx.Response:
+            path = "/compare" if i % 4 == 3 else "/search"
+            body = {"bases": base_name, "question": f"question {i}", **({"mode": "dense"} if path == "/search" else {})}
+            return httpx.post(f"{url}{path}", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+        futures = [pool.submit(search, i) for i in range(8)]
+        refused = []
+        try:
+            # Two searches are held by the model; the other six must be answered while those still wait.
+            for future in as_completed(futures, timeout=15):
+                refused.append(future.result())
+                if len(refused) == 6:
+                    break
+        finally:
+            release.set()
+        answers = [f.result(timeout=30) for f in futures]
+    for response in refused:
+        assert_error(response, 503, "OVERLOADED")
+        assert response.headers["retry-after"] == "1"
+    assert sorted(r.status_code for r in answers) == [200, 200] + [503] * 6
+    assert peak[0] <= 2
+
+
+def test_a_client_that_never_finishes_its_body_gets_408_and_is_dropped(metis):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], request_read_timeout_s=1)
+    with service.running(app) as url:
+        head = (f"POST /search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode()
+        answer, seconds = raw_request(url, head)
+        dribbled, dribble_seconds = raw_request(url, head, dribble=b'"bases": "kb", "question": "x"' * 4)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b'"REQUEST_TIMEOUT"' in answer and seconds < 10
+    # A byte now and then does not extend the deadline: it counts from the first byte of the body.
+    assert dribbled.startswith(b"HTTP/1.1 408 "), dribbled
+    assert dribble_seconds < 10
+
+
+def test_a_client_that_sends_its_headers_slowly_or_never_is_dropped(metis):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], request_read_timeout_s=1)
+    with service.running(app) as url:
+        silent, silent_seconds = raw_request(url, b"")
+        partial, partial_seconds = raw_request(url, b"POST /search HTTP/1.1\r\nHost: x\r\n")
+        slow, slow_seconds = raw_request(url, b"GET /healthz HTTP/1.1\r\n", dribble=b"X-Slow: " + b"a" * 60)
+        # The service still answers everyone else.
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    for answer, seconds in ((silent, silent_seconds), (partial, partial_seconds), (slow, slow_seconds)):
+        assert seconds < 10, (answer, seconds)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b'"REQUEST_TIMEOUT"' in partial and b'"REQUEST_TIMEOUT"' in slow
+
+
+def test_connections_beyond_max_connections_are_answered_503_and_closed(metis):
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[], max_connections=4)
+    with service.running(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(4)]
+        try:
+            time.sleep(0.3)
+            answer, seconds = raw_request(url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        finally:
+            for sock in held:
+                sock.close()
+        time.sleep(0.3)
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert b"retry-after: 1" in answer.lower() and b'"OVERLOADED"' in answer and seconds < 10
+
+
+# -- model URLs given over HTTP (SSRF) ---------------------------------------------------
+
+
+def test_model_urls_given_over_http_must_be_on_the_operator_allow_list(metis, base_name):
+    # A service only the server can reach, whose answers must never come back to the caller.
+    inside = FakeService(lambda path, body: (500, {"admin": "db password hunter2"}))
+    try:
+        app = service.create_app(metis, tokens=[TOKEN], source_roots=[])  # default: no model URL over HTTP
+        with service.running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                                       timeout=30) as c:
+            for body in ({"embedding_url": inside.url}, {"reranker_model": "r", "reranker_url": inside.url}):
+                refused = c.post("/bases", json={"name": base_name, **body})
+                assert_error(refused, 400, "INVALID_REQUEST")
+                assert "METIS_MODEL_URL_ALLOW_HOSTS" in refused.json()["error"]["message"]
+                assert_error(c.get(f"/bases/{base_name}"), 404, "BASE_NOT_FOUND")
+        allowed = f"127.0.0.1:{inside.port}"
+        app = service.create_app(metis, tokens=[TOKEN], source_roots=[], model_url_allow_hosts=allowed)
+        with service.running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                                       timeout=30) as c:
+            for other in (f"http://127.0.0.1:{inside.port + 1}", f"http://localhost:{inside.port}",
+                          f"http://127.0.0.1:{inside.port}@169.254.169.254/latest", "http://169.254.169.254/",
+                          "file:///etc/passwd", f"gopher://127.0.0.1:{inside.port}/", "http://[::1]:80/"):
+                assert_error(c.post("/bases", json={"name": base_name, "embedding_url": other}), 400, "INVALID_REQUEST")
+            assert c.post("/bases", json={"name": base_name, "embedding_url": inside.url}).status_code == 201
+        assert inside.requests == []  # nothing refused was ever called
+    finally:
+        inside.close()
+
+
+def test_the_model_url_allow_list_parses_hosts_and_ports_and_refuses_urls():
+    from metis_pg.service.model_urls import check_model_url, parse_allow_hosts
+
+    allowed = parse_allow_hosts(" eos:8081, TEI ,[::1]:8081, 10.0.0.7 ,")
+    assert allowed == {("eos", 8081), ("tei", None), ("::1", 8081), ("10.0.0.7", None)}
+    for url in ("http://eos:8081/v1", "https://tei/", "http://tei:9999", "http://[::1]:8081", "http://10.0.0.7:1"):
+        check_model_url("embedding_url", url, allowed)
+    for url in ("http://eos:8082", "http://eos", "http://[::1]:8082", "http://10.0.0.8", "ftp://tei/", "http://:80"):
+        with pytest.raises(metis_pg.InvalidInput):
+            check_model_url("embedding_url", url, allowed)
+    for bad in ("http://eos:8081", "eos:port", "eos:0", "a/b", "user@eos", "[::1", "[::1]x"):
+        with pytest.raises(ConfigError, match="METIS_MODEL_URL_ALLOW_HOSTS"):
+            parse_allow_hosts(bad)
+    assert parse_allow_hosts("") == frozenset() and parse_allow_hosts(None) == frozenset()
+
+
+# -- indexing jobs: what they show, when they check, how they fail ---------------------
+
+
+def test_job_reports_show_paths_relative_to_their_source_root(client, base_name, roots):
+    folder = f"rel-{base_name}"
+    write_corpus(roots / folder, {"a.txt": "Alpha words.", "sub/b.md": "# B\n\nBeta words.\n"})
+    (roots / folder / "leaving.txt").symlink_to(roots / "kb" / "router.txt")
+    (roots / folder / "dangling.txt").symlink_to(roots / folder / "nowhere.txt")
+    started = client.post(f"/bases/{base_name}/index", json={"paths": [str(roots / folder)]})
+    assert started.status_code == 202, started.text
+    assert started.json()["paths"] == [folder]
+    job = wait_for_job(client, started.json()["id"])
+    assert job["state"] == "done", job
+    assert job["paths"] == [folder]
+    assert job["report"]["new"] == 2
+    warnings = job["report"]["warnings"]
+    assert f"{folder}/leaving.txt: skipped: symbolic link leaving {folder}: not followed" in warnings, warnings
+    assert f"{folder}/dangling.txt: skipped: symbolic link loop or dangling link: not followed" in warnings
+    assert str(roots) not in json.dumps(job) and str(roots.parent) not in json.dumps(job)
+
+
+def test_a_folder_swapped_for_a_link_after_the_job_was_sent_is_not_indexed(client, metis, base_name, roots,
+                                                                           held_embeddings):
+    fake, release, _ = held_embeddings
+    blocker = f"{base_name}-blocker"
+    metis.create_base(blocker, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
+    write_corpus(roots / blocker, {"wait.txt": "This document waits for its embedding."})
+    swapped, vanished = f"swap-{base_name}", f"gone-{base_name}"
+    write_corpus(roots / swapped, {"fine.txt": "An innocent document."})
+    write_corpus(roots / vanished, {"fine.txt": "Another innocent document."})
+    try:
+        # Jobs run one at a time: the blocker's embedding is held, so the next jobs wait in the queue.
+        first = client.post(f"/bases/{blocker}/index", json={"paths": [blocker]}).json()
+        deadline = time.monotonic() + 30
+        while not fake.requests:
+            assert time.monotonic() < deadline, "the blocker job never asked for its embeddings"
+            time.sleep(0.05)
+        queued = [client.post(f"/bases/{base_name}/index", json={"paths": [p]}) for p in (swapped, vanished)]
+        assert [q.status_code for q in queued] == [202, 202], [q.text for q in queued]
+        assert [q.json()["state"] for q in queued] == ["queued", "queued"]
+        # Meanwhile the folder becomes a link to a folder outside the roots, and the other one goes away.
+        (roots / swapped).rename(roots / f"{swapped}-old")
+        (roots / swapped).symlink_to(roots.parent / "outside", target_is_directory=True)
+        shutil.rmtree(roots / vanished)
+    finally:
+        release.set()
+    assert wait_for_job(client, first["id"])["state"] == "done"
+    swap_job, gone_job = (wait_for_job(client, q.json()["id"]) for q in queued)
+    assert swap_job["state"] == gone_job["state"] == "failed", (swap_job, gone_job)
+    assert swap_job["error"]["code"] == "INVALID_REQUEST"
+    assert "outside the source roots" in swap_job["error"]["message"]
+    assert gone_job["error"] == {"code": "INVALID_REQUEST",
+                                 "message": f"no such file or folder under the source roots: {vanished!r}"}
+    found = client.post("/search", json={"bases": base_name, "question": "secret launch code", "mode": "keyword"})
+    assert found.status_code == 200 and found.json()["results"] == []
+    assert metis.base(base_name).documents == 0
+    metis.drop_base(blocker)
+
+
+def test_a_job_that_hits_a_bug_says_internal_error_and_logs_the_traceback(metis, base_name, roots, caplog):
+    class Buggy(metis_pg.Metis):
+        def index(self, base: str, *paths: Any, **options: Any) -> Any:
+            raise RuntimeError(f"a bug reading {paths[0]}")
+
+    jobs = service.Jobs(Buggy(metis.dsn, pool=metis.pool), [roots])
+    try:
+        with caplog.at_level("ERROR", logger="metis_pg.service.jobs"):
+            job = jobs.submit(base_name, ["kb"], None)
+            deadline = time.monotonic() + 30
+            while job.state not in ("done", "failed"):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        jobs.close()
+    assert job.state == "failed" and job.paths == ["kb"]
+    assert job.error == {"code": "METIS_ERROR", "message": "internal error: see the server log"}
+    logged = [r for r in caplog.records if r.exc_info and r.exc_info[0] is RuntimeError]
+    assert logged and job.id in logged[0].getMessage()
+
+
+def test_a_job_on_a_base_another_indexer_holds_fails_with_base_busy(client, metis, base_name, roots,
+                                                                    held_embeddings):
+    from metis_pg import errors
+
+    if not hasattr(errors, "BaseBusy"):
+        pytest.skip("errors.BaseBusy (one indexer per base) comes with the db branch")
+    fake, release, _ = held_embeddings
+    metis.create_base(base_name, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
+    folder = f"busy-{base_name}"
+    write_corpus(roots / folder, {"a.txt": "A document indexed twice at once."})
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(metis.index, base_name, roots / folder)  # another indexer, held by its model
+        try:
+            deadline = time.monotonic() + 30
+            while not fake.requests:
+                assert time.monotonic() < deadline, "the other indexer never asked for its embeddings"
+                time.sleep(0.05)
+            started = client.post(f"/bases/{base_name}/index", json={"paths": [folder]})
+            job = wait_for_job(client, started.json()["id"], timeout_s=60)
+        finally:
+            release.set()
+        other.result(timeout=60)
+    assert job["state"] == "failed", job
+    assert job["error"]["code"] == "BASE_BUSY" and base_name in job["error"]["message"]
+
+
+def test_a_database_that_does_not_answer_is_503_with_retry_after(metis):
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(f"postgresql://metis@127.0.0.1:{closed_port()}/metis", min_size=1, open=False)
+    pool.open(wait=False)
+    try:
+        app = service.create_app(metis_pg.Metis(metis.dsn, pool=pool), tokens=[], source_roots=[])
+        with service.running(app) as url:
+            response = httpx.get(f"{url}/healthz", timeout=30)
+    finally:
+        pool.close(timeout=1)
+    assert_error(response, 503, "DATABASE_UNAVAILABLE")
+    assert response.headers["retry-after"] == "5"
+
+
+def test_service_limits_are_read_from_the_environment_and_must_be_positive(metis, monkeypatch):
+    monkeypatch.setenv("METIS_MAX_INFLIGHT_SEARCHES", "3")
+    monkeypatch.setenv("METIS_REQUEST_READ_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("METIS_MODEL_URL_ALLOW_HOSTS", "eos:8081")
+    settings = metis_pg.Settings.from_env()
+    assert (settings.max_inflight_searches, settings.request_read_timeout_s) == (3, 2.5)
+    assert settings.model_url_allow_hosts == "eos:8081"
+    app = service.create_app(metis, tokens=[], source_roots=[])
+    assert app.state.limits.max_inflight_searches == 3 and app.state.limits.request_read_timeout_s == 2.5
+    assert service.create_app(metis, tokens=[], source_roots=[], max_inflight_searches=7).state.limits \
+        .max_inflight_searches == 7
+    for name, value in (("METIS_MAX_INFLIGHT_SEARCHES", "0"), ("METIS_MAX_CONNECTIONS", "many"),
+                        ("METIS_REQUEST_READ_TIMEOUT_S", "-1"), ("METIS_KEEP_ALIVE_TIMEOUT_S", "nan")):
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            with pytest.raises(ConfigError, match=name):
+                metis_pg.Settings.from_env()
+    monkeypatch.delenv("METIS_MAX_INFLIGHT_SEARCHES")
+    assert metis_pg.Settings.from_env().max_inflight_searches == 8 * (os.cpu_count() or 1)
+
+
+def test_accepted_connections_send_small_writes_at_once(metis):
+    # A listening socket made with socket.socket() has proto 0: asyncio then leaves Nagle on for the
+    # connections it accepts, and every answer (headers, then body) waited ~40 ms for a delayed ACK.
+    import uvicorn
+
+    from metis_pg.service.server import uvicorn_config
+
+    app = service.create_app(metis, tokens=[], source_roots=[])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn_config(app))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.02)
+        with httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}") as c:
+            assert c.get("/healthz").status_code == 200
+            (connection,) = server.server_state.connections
+            accepted = connection.transport.get_extra_info("socket")
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()

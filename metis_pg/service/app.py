@@ -1,0 +1,292 @@
+"""The FastAPI app (SPEC F19): every route, over :class:`~metis_pg.api.Metis`.
+
+Routes (JSON in and out; every route but ``/healthz``, ``/docs`` and
+``/openapi.json`` wants ``Authorization: Bearer <token>`` when tokens are set):
+
+==================================  ==============================================================
+``GET /healthz``                    liveness and a database round trip (no token needed)
+``GET /bases``                      every base with its health
+``POST /bases``                     create a base (201)
+``GET /bases/{name}``               one base with its spec and health
+``DELETE /bases/{name}``            drop a base and everything in it
+``GET /bases/{name}/status``        status (ready, indexing, waiting), counts, its latest job
+``POST /bases/{name}/index``        index folders/files under the source roots: a job (202)
+``GET /jobs/{id}``                  a job's state, progress and report
+``POST /search``                    search one or several bases: exactly the SPEC F13 JSON
+``POST /compare``                   hybrid, dense and keyword side by side, explained (SPEC F15)
+``POST /bases/{name}/notes``        add a note (a document of the source ``metis-<name>``) (201)
+``GET /bases/{name}/notes``         the notes of a base
+``DELETE /bases/{name}/notes/{id}`` delete a note
+``POST /bases/{name}/facts``        remember a fact in a memory base (201)
+``GET /bases/{name}/facts``         the facts of a memory base (``?holding_only=true``)
+==================================  ==============================================================
+
+The question of a search is never logged (the access log has method and path
+only; this module logs bases, mode, top_k, result count and time) and never
+stored (SPEC F20).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..api import Metis, connect
+from ..config import Settings
+from ..errors import (
+    BaseNotFound,
+    DatabaseUnavailable,
+    InvalidInput,
+    MetisError,
+    NotFound,
+)
+from .errors import error_response, validation_message
+from .gate import Gate
+from .jobs import Jobs
+from .model_urls import check_model_url, parse_allow_hosts
+from .schemas import (
+    ERRORS,
+    CompareIn,
+    CreateBaseIn,
+    ErrorOut,
+    FactIn,
+    IndexIn,
+    NameParam,
+    NoteIn,
+    SearchIn,
+    SearchOut,
+)
+from .settings import Limits, parse_source_roots, parse_tokens
+from .sources import resolve_source_path
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Hybrid search over documents in PostgreSQL (SPEC F19): exact cosine (pgvector) and
+BM25 over metis_pg's own term tables, fused by reciprocal rank in one SQL statement.
+
+Send `Authorization: Bearer <token>` (a token of `METIS_API_TOKENS`) to every route
+but `/healthz`, `/docs` and `/openapi.json`. Errors are
+`{"error": {"code": "...", "message": "..."}}`.
+"""
+
+
+def create_app(
+    metis: Metis | None = None,
+    *,
+    tokens: str | Sequence[str] | None = None,
+    source_roots: str | Sequence[str | os.PathLike] | None = None,
+    max_body_bytes: int | None = None,
+    max_inflight_searches: int | None = None,
+    request_read_timeout_s: float | None = None,
+    keep_alive_timeout_s: float | None = None,
+    max_connections: int | None = None,
+    model_url_allow_hosts: str | Sequence[str] | None = None,
+    settings: Settings | None = None,
+) -> FastAPI:
+    """Return the metis HTTP app (SPEC F19) serving `metis`.
+
+    Args:
+        metis: the database to serve; None opens :func:`~metis_pg.api.connect` ()
+            (``METIS_DATABASE_URL`` or the embedded server), closed at shutdown.
+        tokens: bearer tokens; None reads ``METIS_API_TOKENS``; empty = no auth
+            (bind loopback only: :func:`serve` refuses anything else).
+        source_roots: folders indexing may read; None reads ``METIS_SOURCE_ROOTS``.
+        max_body_bytes: largest request body; None reads ``METIS_MAX_BODY_BYTES`` (default 1 MB).
+        max_inflight_searches, request_read_timeout_s, keep_alive_timeout_s, max_connections:
+            the :class:`~metis_pg.service.settings.Limits`; None takes `settings`' value. The
+            last three are kept by the server (:func:`serve`, :func:`running`), which reads
+            them from ``app.state.limits``.
+        model_url_allow_hosts: ``host[:port]`` items whose model URLs ``POST /bases`` may
+            name (:mod:`~metis_pg.service.model_urls`); None takes `settings`' value
+            (``METIS_MODEL_URL_ALLOW_HOSTS``, default none).
+        settings: process settings (default :meth:`Settings.from_env`).
+
+    Raises:
+        ConfigError: a token too short, a source root that is not a folder, a limit not positive.
+    """
+    settings = settings or Settings.from_env()
+    token_list = parse_tokens(settings.api_tokens if tokens is None else tokens)
+    roots = parse_source_roots(settings.source_roots if source_roots is None else source_roots)
+    limits = Limits.resolve(
+        settings, max_body_bytes=max_body_bytes, max_inflight_searches=max_inflight_searches,
+        request_read_timeout_s=request_read_timeout_s, keep_alive_timeout_s=keep_alive_timeout_s,
+        max_connections=max_connections,
+    )
+    allowed_model_hosts = parse_allow_hosts(
+        settings.model_url_allow_hosts if model_url_allow_hosts is None else model_url_allow_hosts
+    )
+    owned = metis is None
+    db = metis if metis is not None else connect()
+    jobs = Jobs(db, roots)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        jobs.close()
+        if owned:
+            db.close()
+
+    app = FastAPI(
+        title="metis_pg", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+        docs_url="/docs", redoc_url=None, openapi_url="/openapi.json",
+    )
+    app.state.metis = db
+    app.state.jobs = jobs
+    app.state.limits = limits
+    app.state.source_roots = roots
+    app.add_middleware(Gate, tokens=token_list, limits=limits)
+
+    @app.exception_handler(MetisError)
+    async def _metis_error(request: Request, exc: MetisError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(InvalidInput(validation_message(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return error_response(NotFound(f"no route {request.method} {request.url.path}: see /docs"))
+        if exc.status_code == 405:
+            return error_response(InvalidInput(f"method {request.method} is not allowed on {request.url.path}"))
+        return error_response(InvalidInput(str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(MetisError("internal error: see the server log"))
+
+    bearer = HTTPBearer(auto_error=False, description="a token of METIS_API_TOKENS")
+    # The gate checks the token; this dependency only shows the scheme in /docs and the OpenAPI schema.
+    api = APIRouter(dependencies=[Depends(bearer)], responses=ERRORS)
+
+    @app.get("/healthz", summary="Liveness and a database round trip (no token needed)")
+    def healthz() -> dict[str, Any]:
+        try:
+            with db.pool.connection(timeout=5) as conn:
+                conn.execute("SELECT 1")
+        except MetisError:
+            raise
+        except Exception as exc:
+            raise DatabaseUnavailable(f"the database did not answer: {type(exc).__name__}") from exc
+        return {"status": "ok", "database": "ok", "version": __version__}
+
+    @api.get("/bases", summary="Every base with its health")
+    def list_bases() -> dict[str, Any]:
+        return {"bases": [b.to_dict() for b in db.list_bases()]}
+
+    @api.post("/bases", status_code=201, summary="Create a base", responses={409: {"model": ErrorOut}})
+    def create_base(body: CreateBaseIn) -> JSONResponse:
+        for field in ("embedding_url", "reranker_url"):
+            if getattr(body, field) is not None:
+                check_model_url(field, getattr(body, field), allowed_model_hosts)
+        options = body.model_dump(exclude={"name", "kind"}, exclude_none=True)
+        info = db.create_base(body.name, kind=body.kind, **options)
+        return JSONResponse(info.to_dict(), status_code=201)
+
+    @api.get("/bases/{name}", summary="A base with its spec and health", responses={404: {"model": ErrorOut}})
+    def get_base(name: NameParam) -> dict[str, Any]:
+        return db.base(name).to_dict()
+
+    @api.delete("/bases/{name}", summary="Drop a base and everything in it", responses={404: {"model": ErrorOut}})
+    def drop_base(name: NameParam) -> dict[str, Any]:
+        db.drop_base(name)
+        return {"dropped": name}
+
+    @api.get("/bases/{name}/status", summary="Status, counts and the latest indexing job",
+             responses={404: {"model": ErrorOut}})
+    def base_status(name: NameParam) -> dict[str, Any]:
+        info = db.base(name)
+        job = jobs.latest(name)
+        return {
+            "name": info.name,
+            "status": info.status,
+            "documents": info.documents,
+            "chunks": info.chunks,
+            "chunks_without_vector": info.chunks_without_vector,
+            "last_indexed_at": info.last_indexed_at,
+            "job": job.to_dict() if job else None,
+        }
+
+    @api.post("/bases/{name}/index", status_code=202, summary="Index folders or files under the source roots (a job)",
+              responses={404: {"model": ErrorOut}})
+    def index(name: NameParam, body: IndexIn) -> JSONResponse:
+        for path in body.paths:
+            resolve_source_path(path, roots)  # 400 before a base is created
+        try:
+            db.base(name)
+        except BaseNotFound:
+            db.create_base(name)  # as Metis.index does; a bad name is refused here, not in the job
+        job = jobs.submit(name, body.paths, body.source)
+        return JSONResponse(job.to_dict(), status_code=202, headers={"Location": f"/jobs/{job.id}"})
+
+    @api.get("/jobs/{job_id}", summary="An indexing job: state, progress, report", responses={404: {"model": ErrorOut}})
+    def get_job(job_id: Annotated[str, PathParam(max_length=64)]) -> dict[str, Any]:
+        return jobs.get(job_id).to_dict()
+
+    @api.post("/search", summary="Search one or several bases (the SPEC F13 answer)",
+              responses={200: {"model": SearchOut}, 404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+    def search(body: SearchIn) -> JSONResponse:
+        started = time.perf_counter()
+        filters = body.filters.model_dump(exclude_none=True) if body.filters else None
+        answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
+                           filters=filters)
+        # Never the question: bases, mode, top_k, counts and time only.
+        log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
+                 body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)
+        return JSONResponse(answer.to_dict())
+
+    @api.post("/compare", summary="One question asked hybrid, dense and keyword, side by side (SPEC F15)",
+              responses={404: {"model": ErrorOut}})
+    def compare(body: CompareIn) -> JSONResponse:
+        filters = body.filters.model_dump(exclude_none=True) if body.filters else None
+        result = db.compare(body.bases, body.question, top_k=body.top_k, rerank=body.rerank, filters=filters)
+        return JSONResponse(result.to_dict())
+
+    @api.post("/bases/{name}/notes", status_code=201, summary="Add a note (a document of the source metis-<name>)",
+              responses={404: {"model": ErrorOut}})
+    def add_note(name: NameParam, body: NoteIn) -> JSONResponse:
+        note_id = db.add_note(name, body.title, body.text)
+        return JSONResponse({"note_id": note_id, "base": name, "source": f"metis-{name}"}, status_code=201)
+
+    @api.get("/bases/{name}/notes", summary="The notes of a base, oldest first", responses={404: {"model": ErrorOut}})
+    def list_notes(name: NameParam) -> dict[str, Any]:
+        return {"notes": [n.to_dict() for n in db.notes(name)]}
+
+    @api.delete("/bases/{name}/notes/{note_id}", summary="Delete a note", responses={404: {"model": ErrorOut}})
+    def delete_note(name: NameParam, note_id: int) -> dict[str, Any]:
+        db.delete_note(name, note_id)
+        return {"deleted": note_id}
+
+    @api.post("/bases/{name}/facts", status_code=201, summary="Remember a fact in a memory base (SPEC F11)",
+              responses={404: {"model": ErrorOut}})
+    def remember(name: NameParam, body: FactIn) -> JSONResponse:
+        fact_id = db.remember(name, body.text, key=body.key, supersedes=body.supersedes, observed_at=body.observed_at)
+        return JSONResponse({"fact_id": fact_id, "base": name}, status_code=201)
+
+    @api.get("/bases/{name}/facts", summary="The facts of a memory base, in the order observed",
+             responses={404: {"model": ErrorOut}})
+    def list_facts(name: NameParam, holding_only: bool = False) -> dict[str, Any]:
+        return {"facts": [f.to_dict() for f in db.facts(name, holding_only=holding_only)]}
+
+    app.include_router(api)
+    return app
+
+
+# -- running it --------------------------------------------------------------

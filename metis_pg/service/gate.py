@@ -1,0 +1,150 @@
+"""The gate: ASGI middleware in front of the app that refuses before anything is parsed.
+
+In order:
+
+1. bearer token (401 ``UNAUTHORIZED``), from the headers;
+2. body size (413 ``REQUEST_TOO_LARGE``): refused at once when its
+   ``Content-Length`` is too large, else read up to the limit (chunked bodies
+   too) and replayed to the app;
+3. body time (408 ``REQUEST_TIMEOUT``, connection closed): the whole body must
+   arrive within ``request_read_timeout_s`` of its first read, however it trickles;
+4. overload (503 ``OVERLOADED``, ``Retry-After: 1``): ``POST /search`` and
+   ``/compare`` beyond ``max_inflight_searches`` computed at once are refused
+   at once, never queued.
+
+Everything is decided before the app parses anything. The headers' own
+deadline is kept by the HTTP protocol (:mod:`metis_pg.service.server`), as the
+gate only runs once they are complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Sequence
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import (
+    InvalidInput,
+    Overloaded,
+    RequestTimeout,
+    RequestTooLarge,
+    Unauthorized,
+)
+from .errors import error_response
+from .settings import Limits
+
+__all__ = ["Gate", "OPEN_PATHS", "BOUNDED_PATHS"]
+
+#: Paths that answer without a token: liveness and the API's own description.
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+#: Paths (POST) whose requests count against ``max_inflight_searches``.
+BOUNDED_PATHS = frozenset({"/search", "/compare"})
+
+
+class Gate:
+    """ASGI middleware: token (401), body size (413), body time (408), overload (503); see the module docstring.
+
+    Attributes:
+        inflight: bounded requests (:data:`BOUNDED_PATHS`) being computed now.
+    """
+
+    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits) -> None:
+        self.app = app
+        self.tokens = tuple(t.encode("utf-8") for t in tokens)
+        self.limits = limits
+        self.max_body_bytes = limits.max_body_bytes
+        self.inflight = 0  # only touched on the event loop: no lock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.tokens and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
+            await error_response(Unauthorized("a valid bearer token is required: Authorization: Bearer <token>"))(
+                scope, receive, send
+            )
+            return
+        length = header(scope, b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                await error_response(InvalidInput("Content-Length is not a number"))(scope, receive, send)
+                return
+            if int(length) > self.max_body_bytes:
+                await error_response(self._too_large(int(length)))(scope, receive, send)
+                return
+        if scope["method"] in ("GET", "HEAD", "OPTIONS") and length is None:
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.request_read_timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                late = RequestTimeout(
+                    f"the request body did not arrive within {self.limits.request_read_timeout_s:g} s"
+                )
+                await error_response(late)(scope, receive, send)
+                return
+            if message["type"] == "http.disconnect":
+                return
+            body.extend(message.get("body", b""))
+            if len(body) > self.max_body_bytes:
+                await error_response(self._too_large(None))(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replay = _replay(bytes(body), receive)
+        if scope["method"] != "POST" or scope["path"] not in BOUNDED_PATHS:
+            await self.app(scope, replay, send)
+            return
+        if self.inflight >= self.limits.max_inflight_searches:
+            busy = Overloaded(
+                f"the service is computing {self.inflight} searches, its limit (METIS_MAX_INFLIGHT_SEARCHES): "
+                "retry in a second"
+            )
+            await error_response(busy)(scope, receive, send)
+            return
+        self.inflight += 1
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.inflight -= 1
+
+    def _too_large(self, length: int | None) -> RequestTooLarge:
+        size = f"{length} bytes" if length is not None else "more"
+        return RequestTooLarge(f"the request body is {size}; the limit is {self.max_body_bytes} bytes")
+
+    def _authorized(self, scope: Scope) -> bool:
+        value = header(scope, b"authorization") or ""
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return False
+        given = token.strip().encode("utf-8", "surrogateescape")
+        # Compare with every token (constant time each), so timing says nothing of which matched.
+        matches = [hmac.compare_digest(given, t) for t in self.tokens]
+        return any(matches)
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """Return the value of header `name` (lower case) of an HTTP scope, or None."""
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

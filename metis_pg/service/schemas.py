@@ -1,0 +1,193 @@
+"""Request bodies and documented answers of the HTTP API (pydantic models).
+
+Bodies refuse unknown fields (a misspelt ``top-k`` is a 400, not the default)
+and text PostgreSQL cannot store (NUL, lone surrogates). The ``...Out`` models
+document answers in the OpenAPI schema; the answers themselves are the
+``to_dict()`` of the :mod:`metis_pg.results` objects.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import Path as PathParam
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from ..api import MAX_QUESTION_CHARS, MAX_TOP_K
+
+#: Bases one search may name at most.
+MAX_BASES_PER_SEARCH = 20
+#: Paths one indexing job may name at most.
+MAX_PATHS_PER_JOB = 100
+
+
+def _clean_text(value: str) -> str:
+    """Refuse text PostgreSQL cannot store (NUL) or that is not valid Unicode (lone surrogates)."""
+    if "\x00" in value:
+        raise ValueError("text must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+def _text(min_length: int | None = None, max_length: int | None = None) -> Any:
+    """A JSON string field: length bounds (characters), no NUL, valid Unicode."""
+    return Annotated[str, Field(strict=True, min_length=min_length, max_length=max_length), AfterValidator(_clean_text)]
+
+
+BaseName = _text(1, 63)
+#: A base name in a route's path.
+NameParam = Annotated[str, PathParam(min_length=1, max_length=63), AfterValidator(_clean_text)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FiltersIn(_Body):
+    """Filters applied inside both legs before ranking (SPEC F10)."""
+
+    path_prefix: _text(None, 1000) | None = None
+    kinds: Annotated[list[_text(None, 10)], Field(max_length=10)] | None = None
+    sources: Annotated[list[_text(None, 200)], Field(max_length=100)] | None = None
+
+
+class SearchIn(_Body):
+    """A search (SPEC F5-F12)."""
+
+    bases: BaseName | Annotated[list[BaseName], Field(min_length=1, max_length=MAX_BASES_PER_SEARCH)] = Field(
+        description="a base name, or several (results merged, each names its base)"
+    )
+    question: _text(1, MAX_QUESTION_CHARS)
+    mode: Literal["hybrid", "dense", "keyword"] = "hybrid"
+    top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)
+    rerank: StrictBool | None = Field(None, description="false skips the reranker; null/true use it if the base has one")
+    filters: FiltersIn | None = None
+
+
+class CompareIn(_Body):
+    """One question asked three ways (SPEC F15)."""
+
+    bases: BaseName | Annotated[list[BaseName], Field(min_length=1, max_length=MAX_BASES_PER_SEARCH)]
+    question: _text(1, MAX_QUESTION_CHARS)
+    top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)
+    rerank: StrictBool | None = None
+    filters: FiltersIn | None = None
+
+
+class CreateBaseIn(_Body):
+    """A new base (SPEC F1). API-key settings are not accepted over HTTP."""
+
+    name: BaseName
+    kind: Literal["documents", "memory"] = "documents"
+    embedding_model: _text(None, 200) | None = None
+    embedding_url: _text(None, 2000) | None = None
+    embedding_dim: Annotated[StrictInt, Field(ge=1, le=16000)] | None = None
+    embedding_protocol: Literal["openai", "tei"] = "openai"
+    query_prefix: _text(None, 2000) | None = None
+    reranker_model: _text(None, 200) | None = None
+    reranker_url: _text(None, 2000) | None = None
+    reranker_protocol: Literal["cohere", "tei", "infinity"] = "cohere"
+    model_timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    chunk_size: Annotated[StrictInt, Field(ge=200, le=20000)] = 1200
+
+
+class IndexIn(_Body):
+    """Folders or files to index, absolute or relative to a source root (``METIS_SOURCE_ROOTS``)."""
+
+    paths: Annotated[list[_text(1, 4096)], Field(min_length=1, max_length=MAX_PATHS_PER_JOB)]
+    source: _text(1, 200) | None = None
+
+
+class NoteIn(_Body):
+    """A note: a document of the base's own source ``metis-<base>`` (SPEC F2)."""
+
+    title: _text(1, 500)
+    text: _text(1, 200_000)
+
+
+class FactIn(_Body):
+    """A fact of a memory base (SPEC F11); it may replace an older one (same key, or named)."""
+
+    text: _text(1, 20_000)
+    key: _text(1, 500) | None = Field(None, description="what the fact is about; a newer fact with this key replaces it")
+    supersedes: StrictInt | None = Field(None, description="id of the fact this one replaces")
+    observed_at: _text(1, 64) | None = Field(None, description="when it was true, ISO 8601 (default: now)")
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="stable code: INVALID_REQUEST, UNAUTHORIZED, BASE_NOT_FOUND, ...")
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error answer."""
+
+    error: ErrorDetail
+
+
+class CitationOut(BaseModel):
+    source: str
+    document: str
+    title: str
+    kind: str
+    page: int | None = Field(None, description="PDF page (absent for other kinds)")
+    line: int | None = Field(None, description="first line (absent for PDF)")
+    headings: list[str]
+    snippet: str
+
+
+class ScoresOut(BaseModel):
+    """Each key is absent where that step did not find or score the passage."""
+
+    dense: float | None = None
+    dense_rank: int | None = None
+    keyword: float | None = None
+    keyword_rank: int | None = None
+    fused: float | None = None
+    rerank: float | None = None
+
+
+class ResultOut(BaseModel):
+    score: float
+    text: str
+    base: str
+    citation: CitationOut
+    scores: ScoresOut
+    chunk_id: int
+    holds: bool | None = Field(None, description="memory bases: whether the fact still holds")
+
+
+class WarningOut(BaseModel):
+    code: str
+    message: str
+
+
+class TookOut(BaseModel):
+    embed: float
+    dense: float
+    keyword: float
+    fuse: float
+    rerank: float
+    total: float
+
+
+class SearchOut(BaseModel):
+    """The SPEC F13 answer (documentation only: the body is ``SearchResponse.to_dict()``)."""
+
+    mode: str
+    reranked: bool
+    bases: list[str]
+    results: list[ResultOut]
+    warnings: list[WarningOut]
+    took: TookOut
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "INVALID_REQUEST (also a body that fails validation)"},
+    401: {"model": ErrorOut, "description": "UNAUTHORIZED: no or wrong bearer token"},
+    413: {"model": ErrorOut, "description": "REQUEST_TOO_LARGE"},
+}
+

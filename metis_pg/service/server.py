@@ -1,0 +1,216 @@
+"""Running the app with uvicorn: :func:`serve` (``metis serve``) and :func:`running` (tests, benchmarks).
+
+Both run uvicorn with :func:`uvicorn_config`: its HTTP/1.1 protocol is
+uvicorn's h11 one plus what uvicorn lacks (:class:`GuardedH11Protocol`): a
+deadline for a request's headers (``request_read_timeout_s`` from the
+connection or the request's first byte: a client trickling its headers is
+answered 408 and dropped) and a cap on open connections (``max_connections``:
+one more is answered 503 ``OVERLOADED`` and closed). Idle keep-alive
+connections close after ``keep_alive_timeout_s``; the body's deadline is the
+gate's (:mod:`metis_pg.service.gate`).
+
+:func:`serve` also configures logging, so the service's own INFO lines (one per
+search, one per indexing job) are printed with uvicorn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import http
+import json
+import logging
+import logging.config
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import h11
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.config import LOGGING_CONFIG
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..api import Metis, connect
+from ..config import Settings
+from ..errors import ConfigError, MetisError, Overloaded, RequestTimeout
+from .app import create_app
+from .errors import error_headers
+from .settings import Limits, check_bind, is_loopback, parse_tokens
+
+__all__ = ["serve", "running", "uvicorn_config", "service_log_config", "GuardedH11Protocol"]
+
+log = logging.getLogger(__name__)
+
+
+def raw_error(exc: MetisError) -> bytes:
+    """Return a whole HTTP/1.1 error answer (``Connection: close``) for a connection with no request to answer."""
+    body = json.dumps(exc.to_dict()).encode("utf-8")
+    lines = [f"HTTP/1.1 {exc.http_status} {http.HTTPStatus(exc.http_status).phrase}",
+             "content-type: application/json", f"content-length: {len(body)}", "connection: close"]
+    lines += [f"{k.lower()}: {v}" for k, v in error_headers(exc).items() if k.lower() != "connection"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a headers deadline and a connection cap (see the module docstring).
+
+    Configured by subclassing (:func:`uvicorn_config` does): uvicorn builds one
+    instance per connection from the class alone.
+    """
+
+    #: Seconds from the connection, or from the first byte of a request, to its last header.
+    header_timeout_s: float = 10.0
+    #: Open connections at most.
+    max_connections: int = 512
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_timer: asyncio.TimerHandle | None = None
+        _no_delay(transport)
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            full = Overloaded(f"the service has {self.max_connections} connections open, its limit "
+                              "(METIS_MAX_CONNECTIONS): retry in a second")
+            transport.write(raw_error(full))
+            transport.close()
+            return
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and self.conn.their_state is h11.IDLE:
+            self._arm_header_timer()  # the first byte of a new request on a kept-alive connection
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._disarm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_late)
+
+    def _disarm_header_timer(self) -> None:
+        timer = getattr(self, "_header_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_late(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        late = RequestTimeout(f"the request headers did not arrive within {self.header_timeout_s:g} s")
+        self.transport.write(raw_error(late))
+        self.transport.close()
+
+
+def _no_delay(transport: asyncio.Transport) -> None:
+    """Send small writes at once (TCP_NODELAY).
+
+    asyncio sets it only on sockets whose ``proto`` is ``IPPROTO_TCP``; a listening
+    socket made with ``socket.socket()`` (proto 0, as a passed socket or fd often is)
+    accepts sockets without it, and then every answer (headers and body are two
+    writes) waits ~40 ms for the client's delayed ACK.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+def service_log_config(level: str = "info") -> dict[str, Any]:
+    """Return uvicorn's logging configuration plus the ``metis_pg`` loggers at `level`, on uvicorn's handler."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["metis_pg"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
+
+
+def uvicorn_config(app: FastAPI, *, logging_config: dict[str, Any] | None = None, **options: Any) -> Any:
+    """Return the ``uvicorn.Config`` that runs `app` with its limits (``app.state.limits``).
+
+    `options` are further ``uvicorn.Config`` arguments (host, port, log_level, ...).
+    """
+    limits: Limits = app.state.limits
+    protocol = type("MetisH11Protocol", (GuardedH11Protocol,), {
+        "header_timeout_s": limits.request_read_timeout_s,
+        "max_connections": limits.max_connections,
+    })
+    return uvicorn.Config(
+        app, http=protocol, timeout_keep_alive=limits.keep_alive_timeout_s, log_config=logging_config,
+        lifespan="on", server_header=False, proxy_headers=False, **options,
+    )
+
+
+def serve(
+    metis: Metis | None = None,
+    *,
+    dsn: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    tokens: str | Sequence[str] | None = None,
+    source_roots: str | Sequence[str | os.PathLike] | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run the service with uvicorn until interrupted (``metis serve``).
+
+    The bind is checked before the database is opened: without a token only a
+    loopback `host` is allowed. Logging goes to stderr (uvicorn's format): the
+    access log, and the ``metis_pg`` loggers at `log_level`.
+
+    Raises:
+        ConfigError: `host` is not loopback and no token is configured; a bad setting.
+    """
+    token_list = parse_tokens(Settings.from_env().api_tokens if tokens is None else tokens)
+    check_bind(host, token_list)
+    logging_config = service_log_config(log_level)
+    logging.config.dictConfig(logging_config)
+    if metis is None:
+        metis = connect(dsn, upgrade=True)  # metis serve migrates to head (other commands only check)
+    try:
+        app = create_app(metis, tokens=token_list, source_roots=source_roots)
+        limits: Limits = app.state.limits
+        log.info("metis serve on %s:%d; tokens %s; source roots %s; at most %d searches at once, %d connections",
+                 host, port, "required" if token_list else "off (loopback only)",
+                 ":".join(str(r) for r in app.state.source_roots) or "none (indexing off)",
+                 limits.max_inflight_searches, limits.max_connections)
+        uvicorn.Server(uvicorn_config(app, logging_config=logging_config, host=host, port=port,
+                                      log_level=log_level)).run()
+    finally:
+        metis.close()
+
+
+@contextmanager
+def running(app: FastAPI, host: str = "127.0.0.1", *, log_config: dict | None = None) -> Iterator[str]:
+    """Run `app` with uvicorn on a free port of `host` in a thread; yield its base URL; stop it after.
+
+    For tests and benchmarks (loopback only). The server is the one :func:`serve`
+    runs (:func:`uvicorn_config`), with the app's limits.
+    """
+    if not is_loopback(host):
+        raise ConfigError(f"running() serves loopback only, not {host!r}")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn_config(app, logging_config=log_config))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    try:
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the metis service did not start within 15 s")
+            time.sleep(0.02)
+        yield f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
