@@ -14,6 +14,7 @@ from fastapi import Path as PathParam
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from ..api import MAX_QUESTION_CHARS, MAX_TOP_K
+from ..config import BaseSpec
 
 #: Bases one search may name at most.
 MAX_BASES_PER_SEARCH = 20
@@ -77,21 +78,31 @@ class CompareIn(_Body):
     filters: FiltersIn | None = None
 
 
+#: A base's defaults live in BaseSpec only; the schema shows them.
+_SPEC = BaseSpec()
+
+
 class CreateBaseIn(_Body):
-    """A new base (SPEC F1). API-key settings are not accepted over HTTP."""
+    """A new base (SPEC F1). API-key settings are not accepted over HTTP.
+
+    An option left out (or null) takes the default of :class:`~metis_pg.config.BaseSpec`.
+    """
 
     name: BaseName
     kind: Literal["documents", "memory"] = "documents"
     embedding_model: _text(None, 200) | None = None
     embedding_url: _text(None, 2000) | None = None
     embedding_dim: Annotated[StrictInt, Field(ge=1, le=16000)] | None = None
-    embedding_protocol: Literal["openai", "tei"] = "openai"
+    embedding_protocol: Literal["openai", "tei"] | None = Field(None, description=f"default {_SPEC.embedding_protocol}")
     query_prefix: _text(None, 2000) | None = None
     reranker_model: _text(None, 200) | None = None
     reranker_url: _text(None, 2000) | None = None
-    reranker_protocol: Literal["cohere", "tei", "infinity"] = "cohere"
-    model_timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
-    chunk_size: Annotated[StrictInt, Field(ge=200, le=20000)] = 1200
+    reranker_protocol: Literal["cohere", "tei", "infinity"] | None = Field(
+        None, description=f"default {_SPEC.reranker_protocol}")
+    model_timeout_s: Annotated[float, Field(gt=0, le=600)] | None = Field(
+        None, description=f"seconds; default {_SPEC.model_timeout_s:g}")
+    chunk_size: Annotated[StrictInt, Field(ge=200, le=20000)] | None = Field(
+        None, description=f"characters; default {_SPEC.chunk_size}")
 
 
 class IndexIn(_Body):
