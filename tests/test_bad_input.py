@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
-from raw_files import SURROGATE_CMAP, raw_pdf
 from typer.testing import CliRunner
 
 import metis_pg.readers.markdown as markdown_reader
 from metis_pg import indexing
 from metis_pg.cli import app
+
+from corpus import write_corpus
+from raw_files import SURROGATE_CMAP, raw_pdf
 
 PORTUGUESE = "Configuração do sistema\n\nA instalação é simples: você precisa de três passos.\n"
 CAP_BYTES = 2_000_000
@@ -169,13 +171,7 @@ def test_short_legacy_text_is_decoded_by_its_code_page(tmp_path, text, encoding)
 
 
 
-def write_files(folder: Path, files: dict[str, str]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return folder
+write_files = write_corpus
 
 
 GOOD = {
