@@ -179,14 +179,42 @@ class Settings:
 
     database_url: str | None = None
     home: Path = field(default_factory=lambda: Path(f"/var/tmp/metis-{os.getuid()}"))
+    # -- remote models and the Eos server (issue 13, item 7) --
+    #: Consecutive failures of one model client after which it skips the model (METIS_MODEL_BREAKER_FAILURES).
+    model_breaker_failures: int = 3
+    #: Seconds a model is skipped after those failures; then one trial call goes through (METIS_MODEL_BREAKER_COOLDOWN_S).
+    model_breaker_cooldown_s: float = 30.0
+    #: Attempts per embedding request while indexing, the first included; 1 = no retry (METIS_MODEL_RETRY_ATTEMPTS).
+    model_retry_attempts: int = 3
+    #: Seconds before the first retry; doubled each time, jittered, 8 s at most (METIS_MODEL_RETRY_WAIT_S).
+    model_retry_wait_s: float = 0.5
+    #: Largest request body ``metis eos serve`` reads, in bytes; more is HTTP 413 (METIS_EOS_MAX_BODY_BYTES).
+    eos_max_body_bytes: int = 8_000_000
 
     @classmethod
     def from_env(cls) -> "Settings":
-        """Read ``METIS_DATABASE_URL`` and ``METIS_HOME``."""
+        """Read ``METIS_DATABASE_URL``, ``METIS_HOME`` and the ``METIS_<FIELD>`` of the model settings.
+
+        Raises:
+            ConfigError: a model setting that is not a number, or out of range.
+        """
         home = os.environ.get("METIS_HOME")
+        models: dict[str, Any] = {}
+        for name, kind, low in (("model_breaker_failures", int, 1), ("model_breaker_cooldown_s", float, 0.0),
+                                ("model_retry_attempts", int, 1), ("model_retry_wait_s", float, 0.0),
+                                ("eos_max_body_bytes", int, 1)):
+            raw = os.environ.get("METIS_" + name.upper())
+            if raw:
+                try:
+                    models[name] = kind(raw)
+                except ValueError:
+                    raise ConfigError(f"METIS_{name.upper()} must be a number, not {raw!r}") from None
+                if models[name] < low:
+                    raise ConfigError(f"METIS_{name.upper()} must be at least {low}, not {raw!r}")
         return cls(
             database_url=os.environ.get("METIS_DATABASE_URL") or None,
             home=Path(home) if home else Path(f"/var/tmp/metis-{os.getuid()}"),
+            **models,
         )
 
     @property
