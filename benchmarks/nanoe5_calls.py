@@ -4,7 +4,7 @@ Each configuration runs in its own child process, because OpenMP reads
 ``OMP_WAIT_POLICY`` and ``OMP_NUM_THREADS`` once, when the engine's library
 loads. A child loads the model, embeds 4 texts to warm up, then
 
-- passages/s: the first ``--chunks`` chunks (default 48) of
+- passages/s: the first ``--chunks`` chunks (default 32) of
   ``gno-bench-fixture/corpus`` (the gno docs, files in name order, 1,200-character
   chunks as indexing makes them, :func:`metis_pg.chunking.embedding_text`),
   embedded in calls of ``texts_per_call`` texts;
@@ -25,6 +25,20 @@ Configurations (``--configs``, comma-separated):
 The configurations take turns for ``--rounds`` rounds (default 3) so each sees
 the same machine load; the median round is printed. The load average is
 printed too: on a shared 2-core machine the figures move with it.
+
+Measured (2 cores; passages/s, ms per question)::
+
+    configuration      quiet (load 0.5-1.6)   loaded (load 3-10, other test suites running)
+    engine16 (before)  3.84   7.9 ms          0.94  100 ms
+    engine1            4.94   8.2 ms          0.41  186 ms
+    engine1-passive    4.61  22.3 ms          1.35   31 ms
+    shipped (after)    4.62  23.4 ms          1.18   65 ms (*)
+
+    (*) the loaded run's "shipped" was LocalE5Embedder before issue 13 (16-text calls);
+        on a quiet machine "shipped" is the new one (one text per call, passive, 2 threads).
+
+Passive waiting costs ~15 ms per question on a quiet machine (threads sleep
+between parallel regions) and saves the throughput and latency of a loaded one.
 
 Usage::
 
@@ -135,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--chunks", type=int, default=48)
+    parser.add_argument("--chunks", type=int, default=32)
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)

