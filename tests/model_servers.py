@@ -53,6 +53,7 @@ class FakeService:
 
     def __init__(self, respond: Respond, *, port: int = 0) -> None:
         self.respond = respond
+        self.content_type = "application/json"
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.release = threading.Event()
         self.connections: set[socket.socket] = set()
@@ -87,7 +88,7 @@ class FakeService:
                 status, payload = answer
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", service.content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -440,6 +440,16 @@ def test_no_error_message_echoes_what_the_server_answered(serve, status, says):
         assert "root" not in error.message and "AKIA" not in error.message
 
 
+def test_a_content_type_that_is_not_a_media_type_is_not_quoted(serve):
+    service = serve(lambda path, body: (500, b"{}"))
+    service.content_type = "text/plain; secret=AKIA"
+    with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500 \(text/plain, 2 bytes\)$"):
+        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+    service.content_type = "AKIAEXAMPLESECRET and more"
+    with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500 \(a malformed content type, 2 bytes\)$"):
+        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+
+
 def test_a_server_that_is_not_http_is_not_quoted_either():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

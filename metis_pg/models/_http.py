@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -96,11 +97,17 @@ class RemoteStatus(Exception):
         self.status = status
 
 
+_MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")
+
+
 def _described(response: httpx.Response, size: int) -> str:
     """``"text/html, 17 bytes"``: what a reply was, never what it said (no SSRF read-back)."""
-    kind = response.headers.get("content-type", "").split(";")[0].strip()
-    printable = kind if kind and len(kind) <= 100 and kind.isascii() and kind.isprintable() else "no content type"
-    return f"{printable}, {size} bytes"
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not kind:
+        kind = "no content type"
+    elif not _MEDIA_TYPE.fullmatch(kind):
+        kind = "a malformed content type"  # a header is the server's text too: only a media type is shown
+    return f"{kind}, {size} bytes"
 
 
 def is_transient(exc: BaseException) -> bool:
