@@ -351,7 +351,7 @@ def create_app(
             if text.startswith(QUERY_PREFIX):
                 out[i] = model.embed_queries([text[len(QUERY_PREFIX) :]])[0]
             else:
-                out[i] = model.embed_passages([text[len(PASSAGE_PREFIX) :] if text.startswith(PASSAGE_PREFIX) else text])[0]
+                out[i] = model.embed_passages([text.removeprefix(PASSAGE_PREFIX)])[0]
         return out
 
     def usage(texts: list[str]) -> dict[str, int]:

@@ -327,7 +327,7 @@ class SlowHashEmbedder:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    def embed_passages(self, texts: list[str]) -> "np.ndarray":
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
         time.sleep(self.seconds * len(texts))
         rows = np.array([hashed_vector(t, self.dim) for t in texts], dtype=np.float32)
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)

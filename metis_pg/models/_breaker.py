@@ -122,11 +122,10 @@ class CircuitBreaker:
             return True
 
     def _failed(self, exc: ModelUnavailable, trial: bool) -> None:
-        message = exc.message
-        prefix = self.label + ": "
+        last = exc.message.removeprefix(self.label + ": ")
         with self._lock:
             self._count += 1
-            self._last = message[len(prefix):] if message.startswith(prefix) else message
+            self._last = last
             if trial:
                 self._trial = False
             if trial or self._count >= self.failures:

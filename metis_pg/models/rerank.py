@@ -112,7 +112,7 @@ class RemoteReranker(HttpModelClient):
         for start in range(0, len(docs), size):
             batch = docs[start : start + size]
             scores[start : start + len(batch)] = self.breaker.call(
-                lambda: self._scored(query, batch, start, timeout_s=timeout_s, deadline=deadline)
+                lambda batch=batch, start=start: self._scored(query, batch, start, timeout_s=timeout_s, deadline=deadline)
             )
         return scores
 
