@@ -583,7 +583,7 @@ def db_current(dsn: DsnOption = None) -> None:
 
 @eos_app.command("serve")
 def eos_serve(
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to bind; beyond loopback METIS_EOS_TOKENS is required.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8081,
 ) -> None:
     """Serve the bundled embedding model over HTTP (/v1/embeddings, /embed, /v1/rerank, /rerank).

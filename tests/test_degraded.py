@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 import metis_pg
 from cli_runner import run_cli
 from corpus import write_corpus
-from model_servers import FAILURES, EosServer, FakeService, embedding_service, free_port
+from model_servers import FAILURES, EosServer, FakeService, embedding_service, free_port, hashed_vector
 
 TIMEOUT_S = 0.5
 #: A failing model may cost a search its timeout, plus this at most.
@@ -197,7 +198,18 @@ def test_cli_hybrid_search_prints_the_warning_and_keyword_results(dsn, failing_b
 # -- indexing while the model is down: Waiting, then Ready ---------------------------
 
 
-def test_index_while_the_model_is_down_waits_then_the_next_run_embeds_every_chunk(metis, base_name, tmp_path):
+def quick_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients made from now on retry after 10 ms and try the model again at the next call after failures.
+
+    Indexing retries each request and the failed attempts open the client's breaker
+    (default 30 s): these tests check what happens once the model is back, not the waits.
+    """
+    monkeypatch.setenv("METIS_MODEL_RETRY_WAIT_S", "0.01")
+    monkeypatch.setenv("METIS_MODEL_BREAKER_COOLDOWN_S", "0")
+
+
+def test_index_while_the_model_is_down_waits_then_the_next_run_embeds_every_chunk(metis, base_name, tmp_path, monkeypatch):
+    quick_recovery(monkeypatch)
     port = free_port()  # nothing listens here yet: connections are refused
     metis.create_base(base_name, embedding_model="multilingual-e5-small", embedding_url=f"http://127.0.0.1:{port}",
                       embedding_dim=384, model_timeout_s=30.0)
@@ -242,7 +254,8 @@ def test_index_while_the_model_is_down_waits_then_the_next_run_embeds_every_chun
         eos.close()
 
 
-def test_chunks_indexed_while_the_model_failed_are_found_by_words_until_embedded(metis, base_name, tmp_path):
+def test_chunks_indexed_while_the_model_failed_are_found_by_words_until_embedded(metis, base_name, tmp_path, monkeypatch):
+    quick_recovery(monkeypatch)
     service = FakeService(embedding_service(384))
     try:
         metis.create_base(base_name, embedding_model="test-embed", embedding_url=service.url,
@@ -273,3 +286,69 @@ def test_chunks_indexed_while_the_model_failed_are_found_by_words_until_embedded
         assert answer.results[0].citation.document == "orders.txt" and answer.results[0].scores.dense is not None
     finally:
         service.close()
+
+
+# -- a model that hangs costs the timeout a few times, not every search (issue 13, item 7) ----
+
+
+def test_after_3_searches_waiting_for_a_hanging_model_the_next_ones_skip_it_saying_so(metis, base_name, tmp_path):
+    service = FakeService(embedding_service(384))
+    try:
+        metis.create_base(base_name, embedding_model="test-embed", embedding_url=service.url,
+                          embedding_dim=384, model_timeout_s=TIMEOUT_S)
+        assert metis.index(base_name, write_corpus(tmp_path / "kb", CORPUS)).status == "ready"
+        service.respond = FAILURES["hang"]
+        for _ in range(3):
+            answer = metis.search(base_name, "router reset red button", top_k=3)
+            assert [w.code for w in answer.warnings] == ["KEYWORD_ONLY"]
+            assert f"no answer within {TIMEOUT_S} s" in answer.warnings[0].message
+        asked = len(service.requests)
+        for _ in range(5):
+            answer = metis.search(base_name, "router reset red button", top_k=3)
+            assert answer.took.embed < TIMEOUT_S * 1000  # not waited for
+            assert [w.code for w in answer.warnings] == ["KEYWORD_ONLY"]
+            message = answer.warnings[0].message
+            assert message.startswith(f"embedding model 'test-embed' at {service.url}/v1/embeddings: skipped for "), message
+            assert message.endswith(f" s after 3 failures (last: no answer within {TIMEOUT_S} s): results by keywords only")
+            assert [r.citation.document for r in answer.results] == ["router.txt", "pool.md"]
+        assert len(service.requests) == asked  # the model was not asked again
+        with pytest.raises(metis_pg.EmbeddingModelUnavailable, match="skipped for"):
+            metis.search(base_name, "router reset", mode="dense")
+    finally:
+        service.close()
+
+
+class SlowHashEmbedder:
+    """Hashed-word vectors (384-d) taking ``seconds`` per text, like the bundled model on a busy machine."""
+
+    name = "slow-hash"
+    dim = 384
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        time.sleep(self.seconds * len(texts))
+        rows = np.array([hashed_vector(t, self.dim) for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    embed_queries = embed_passages
+
+
+def test_a_waiting_base_recovers_through_a_slow_eos_server(metis, base_name, tmp_path, monkeypatch):
+    # issue 13: `metis eos serve` took ~25 s for the 32 passages of one request and the timeout
+    # was 10 s, so each re-index of a `waiting` base timed out again: it never recovered. Here:
+    # 0.06 s per text and a 1 s timeout, so 32 texts (1.9 s) cannot be answered in time, 8 can.
+    quick_recovery(monkeypatch)
+    port = free_port()
+    metis.create_base(base_name, embedding_model="test-embed", embedding_url=f"http://127.0.0.1:{port}",
+                      embedding_dim=384, model_timeout_s=1.0)
+    files = {f"note{i:02d}.txt": f"Note {i} about the router, the modem and invoice {i}." for i in range(40)}
+    folder = write_corpus(tmp_path / "kb", files)
+    assert metis.index(base_name, folder).status == "waiting"  # nothing listens yet
+    eos = EosServer(port, embedder=SlowHashEmbedder(0.06))
+    try:
+        report = metis.index(base_name, folder)  # the 40 chunks without a vector, in requests sized to fit
+        assert (report.status, report.chunks_embedded, report.chunks_without_vector) == ("ready", 40, 0), report.warnings
+    finally:
+        eos.close()

@@ -8,6 +8,8 @@ on a small machine.
 from __future__ import annotations
 
 import inspect
+import re
+import time
 from typing import Any, Iterator
 
 import httpx
@@ -17,9 +19,10 @@ import pytest
 from metis_pg import eos_server
 from metis_pg.config import BaseSpec
 from metis_pg.eos_server import MAX_INPUTS, RERANK_MODEL
+from metis_pg.errors import ConfigError
 from metis_pg.models import LocalE5Embedder, RemoteEmbedder, RemoteReranker
 
-from model_servers import EosServer
+from model_servers import EosServer, free_port
 
 QUESTION = "how many vacation days do employees get"
 DOCS = [
@@ -176,3 +179,119 @@ def test_serve_binds_loopback_by_default():
     parameters = inspect.signature(eos_server.serve).parameters
     assert parameters["host"].default == "127.0.0.1"
     assert parameters["port"].default == 8081
+
+
+# -- limits, tokens, abandoned requests (issue 13, item 7) -------------------------
+class CountingEmbedder:
+    """Hashed vectors, ``seconds`` per text; counts the texts it embedded and the texts per call."""
+
+    name = "counting"
+    dim = 8
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.texts = 0
+        self.calls: list[int] = []
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(len(texts))
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            time.sleep(self.seconds)
+            out[i, len(text) % self.dim] = 1.0
+            self.texts += 1
+        return out
+
+    embed_queries = embed_passages
+
+
+@pytest.fixture
+def small_server() -> Iterator[tuple[EosServer, CountingEmbedder]]:
+    """An Eos server of a counting model, a 2,000-byte body limit and one token."""
+    model = CountingEmbedder()
+    server = EosServer(embedder=model, tokens=[TOKEN], max_body_bytes=2000)
+    yield server, model
+    server.close()
+
+
+TOKEN = "t" * 24
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_a_body_over_the_limit_is_413_and_never_reaches_the_model(small_server):
+    server, model = small_server
+    answer = httpx.post(server.url + "/v1/embeddings", json={"input": ["x" * 3000]}, headers=AUTH, timeout=10)
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "BODY_TOO_LARGE"
+    assert "2000 bytes" in answer.json()["error"]["message"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer, counted while read
+        yield b'{"input": ["'
+        for _ in range(10):
+            yield b"x" * 500
+        yield b'"]}'
+
+    answer = httpx.post(server.url + "/v1/embeddings", content=chunks(), headers={**AUTH, "Content-Type": "application/json"},
+                        timeout=10)
+    assert answer.status_code == 413
+    assert model.texts == 0
+    ok = httpx.post(server.url + "/v1/embeddings", json={"input": ["x" * 100]}, headers=AUTH, timeout=10)
+    assert ok.status_code == 200
+
+
+def test_with_tokens_every_route_but_healthz_wants_one(small_server):
+    server, model = small_server
+    for headers in ({}, {"Authorization": "Bearer " + "u" * 24}, {"Authorization": TOKEN}):
+        answer = httpx.post(server.url + "/v1/embeddings", json={"input": ["a"]}, headers=headers, timeout=10)
+        assert answer.status_code == 401
+        assert answer.json()["error"]["code"] == "UNAUTHORIZED"
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+    assert httpx.get(server.url + "/v1/models", timeout=10).status_code == 401
+    assert httpx.get(server.url + "/openapi.json", timeout=10).status_code == 401
+    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    assert model.texts == 0
+    assert httpx.post(server.url + "/v1/embeddings", json={"input": ["a"]}, headers=AUTH, timeout=10).status_code == 200
+
+
+def test_a_base_sends_the_token_from_the_variable_it_names(small_server, monkeypatch):
+    server, _ = small_server
+    monkeypatch.setenv("METIS_TEST_EOS_TOKEN", TOKEN)
+    spec = BaseSpec(embedding_model="counting", embedding_dim=8, embedding_url=server.url,
+                    embedding_api_key_env="METIS_TEST_EOS_TOKEN")
+    assert RemoteEmbedder(spec).embed_passages(["a", "bb"]).shape == (2, 8)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "::"])
+def test_serve_refuses_a_non_loopback_address_without_a_token(host, monkeypatch):
+    monkeypatch.delenv("METIS_EOS_TOKENS", raising=False)
+    with pytest.raises(ConfigError, match=f"refusing to listen on '{re.escape(host)}' without a token.*METIS_EOS_TOKENS"):
+        eos_server.serve(host=host, port=free_port())
+
+
+def test_serve_refuses_short_tokens(monkeypatch):
+    monkeypatch.setenv("METIS_EOS_TOKENS", "short")
+    with pytest.raises(ConfigError, match="a token of METIS_EOS_TOKENS has 5 characters; use at least 16"):
+        eos_server.serve(host="0.0.0.0", port=free_port())
+
+
+def test_check_eos_bind_allows_loopback_without_and_any_address_with_a_token():
+    for host in ("127.0.0.1", "localhost", "::1"):
+        eos_server.check_eos_bind(host, ())
+    eos_server.check_eos_bind("0.0.0.0", (TOKEN,))
+
+
+def test_the_work_of_a_client_that_has_gone_stops():
+    # issue 13: a client's timeout did not stop the server, which kept computing every
+    # abandoned request (32 passages, ~25 s with the bundled model on 2 cores).
+    model = CountingEmbedder(seconds=0.1)
+    server = EosServer(embedder=model)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(server.url + "/v1/embeddings", json={"input": [f"passage {i}" for i in range(50)]}, timeout=0.5)
+        time.sleep(1.0)
+        stopped_at = model.texts
+        time.sleep(1.0)
+        assert model.texts == stopped_at < 50, (stopped_at, model.texts)  # 50 texts take 5 s
+        assert set(model.calls) == {1}  # one text per model call, the client checked between them
+    finally:
+        server.close()

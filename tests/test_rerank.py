@@ -266,3 +266,26 @@ def test_a_base_smaller_than_the_candidate_count_sends_every_chunk(metis, base_n
     finally:
         embedder.close()
         reranker.close()
+
+
+def test_a_hanging_reranker_is_skipped_after_3_timeouts_and_the_warning_says_so(metis, base_name, tmp_path):
+    embedder = FakeService(embedding_service(16))
+    reranker = FakeService(FAILURES["hang"])
+    try:
+        metis.create_base(base_name, embedding_model="test-embed", embedding_url=embedder.url, embedding_dim=16,
+                          reranker_model="test-rerank", reranker_url=reranker.url, model_timeout_s=TIMEOUT_S)
+        metis.index(base_name, write_items(tmp_path / "items", 8))
+        for _ in range(3):
+            answer = metis.search(base_name, QUESTION, top_k=5)
+            assert f"no answer within {TIMEOUT_S} s" in answer.warnings[0].message
+        started = time.monotonic()
+        answer = metis.search(base_name, QUESTION, top_k=5)
+        assert time.monotonic() - started < TIMEOUT_S  # the reranker was not waited for
+        assert [w.code for w in answer.warnings] == ["FUSED_ORDER"] and answer.reranked is False
+        message = answer.warnings[0].message
+        assert message.startswith(f"reranker 'test-rerank' at {reranker.url}/v1/rerank: skipped for "), message
+        assert message.endswith(f" s after 3 failures (last: no answer within {TIMEOUT_S} s): results in the fused order")
+        assert len(reranker.requests) == 3
+    finally:
+        embedder.close()
+        reranker.close()

@@ -30,8 +30,10 @@ def test_every_setting_has_help_and_a_number_names_its_unit():
     for name, info in Settings.model_fields.items():
         assert info.description and len(info.description) > 20, name
         kind = typing.get_args(info.annotation) or (info.annotation,)
-        if float in kind or (int in kind and not name.startswith("max_") and not name.endswith("_count")):
+        if float in kind:
             assert name.endswith(UNITS), f"{name}: a number's name ends with its unit ({', '.join(UNITS)})"
+        elif int in kind:  # a unit, or the things it counts (failures, attempts, connections)
+            assert name.endswith(UNITS) or name.endswith("s"), f"{name}: say what the number counts"
 
 
 def test_settings_come_from_the_environment_and_a_bad_value_names_its_variable(monkeypatch, tmp_path):

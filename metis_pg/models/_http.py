@@ -8,6 +8,10 @@ not JSON — leaves as the error class the caller names
 with a one-line message that starts with the caller's label::
 
     embedding model 'bge-m3' at http://gpu1:8080/embed: no answer within 10.0 s
+    embedding model 'bge-m3' at http://gpu1:8080/embed: answered HTTP 500 (text/html, 1893 bytes)
+
+A message never quotes what the server sent (a model URL given over HTTP could
+point at any service inside the network): status, content type and length only.
 
 Checking what the JSON *means* (counts, shapes, NaN) is the callers' job; they
 raise the same classes through :func:`fail`.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -24,9 +29,22 @@ from typing import Any, Iterator, NoReturn
 
 import httpx
 
+from ..config import Settings
 from ..errors import ConfigError, ModelUnavailable
+from ._breaker import CircuitBreaker
 
-__all__ = ["HttpModelClient", "post_json", "api_key_headers", "fail", "translate_httpx_errors", "endpoint_url", "MAX_RESPONSE_BYTES"]
+__all__ = [
+    "HttpModelClient",
+    "post_json",
+    "api_key_headers",
+    "fail",
+    "translate_httpx_errors",
+    "endpoint_url",
+    "is_transient",
+    "timed_out",
+    "RemoteStatus",
+    "MAX_RESPONSE_BYTES",
+]
 
 #: A model answer larger than this is refused (256 inputs x 4096 floats as JSON is ~20 MB).
 MAX_RESPONSE_BYTES = 200_000_000
@@ -71,11 +89,43 @@ def _seconds(timeout_s: float) -> str:
     return f"{float(timeout_s)} s"
 
 
-def _snippet(body: bytes, limit: int = 120) -> str:
-    text = body.decode("utf-8", errors="replace").strip().replace("\n", " ")
-    if len(text) > limit:
-        text = text[:limit] + "..."
-    return text
+class RemoteStatus(Exception):
+    """The ``__cause__`` of an error raised for an HTTP status >= 400: that status, for :func:`is_transient`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+_MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")
+
+
+def _described(response: httpx.Response, size: int) -> str:
+    """``"text/html, 17 bytes"``: what a reply was, never what it said (no SSRF read-back)."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not kind:
+        kind = "no content type"
+    elif not _MEDIA_TYPE.fullmatch(kind):
+        kind = "a malformed content type"  # a header is the server's text too: only a media type is shown
+    return f"{kind}, {size} bytes"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (raised by :func:`post_json`) may pass if the same request is sent again.
+
+    Transient: no answer in time, connection refused or dropped, any other
+    transport error, HTTP 5xx, 408 and 429. Not transient: other 4xx, a body that
+    is not JSON or does not mean what it should, a skipped call (circuit open).
+    """
+    cause = exc.__cause__
+    if isinstance(cause, RemoteStatus):
+        return cause.status >= 500 or cause.status in (408, 429)
+    return isinstance(cause, httpx.TransportError)
+
+
+def timed_out(exc: BaseException) -> bool:
+    """True when ``exc`` (raised by :func:`post_json`) means the model gave no answer in time."""
+    return isinstance(exc.__cause__, httpx.TimeoutException)
 
 
 @contextmanager
@@ -94,9 +144,10 @@ def translate_httpx_errors(error: type[ModelUnavailable], label: str, timeout_s:
     except httpx.ConnectError as exc:
         raise error(f"{label}: could not connect ({exc or type(exc).__name__})") from exc
     except httpx.RemoteProtocolError as exc:
-        raise error(f"{label}: closed the connection without a valid answer ({exc})") from exc
+        # h11's message may quote the bytes the server sent: never echoed (SSRF read-back).
+        raise error(f"{label}: closed the connection without a valid HTTP answer") from exc
     except httpx.HTTPError as exc:
-        raise error(f"{label}: request failed ({type(exc).__name__}: {exc})") from exc
+        raise error(f"{label}: request failed ({type(exc).__name__})") from exc
 
 
 def post_json(
@@ -151,26 +202,47 @@ def post_json(
                     raise httpx.ReadTimeout("deadline passed while reading the answer")
             body = b"".join(chunks)
             status = response.status_code
+            described = _described(response, size)
     if status >= 400:
-        detail = _snippet(body)
-        fail(error, label, f"answered HTTP {status}" + (f": {detail}" if detail else ""))
+        raise error(f"{label}: answered HTTP {status} ({described})") from RemoteStatus(status)
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise error(f"{label}: answered something that is not JSON ({_snippet(body, 60)!r})") from exc
+        raise error(f"{label}: answered something that is not JSON ({described})") from exc
 
 
 class HttpModelClient:
-    """A lazily opened, thread-safe httpx client shared by one model client's calls.
+    """A lazily opened, thread-safe httpx client shared by one model client's calls, with its breaker.
 
-    Subclasses set ``self.url`` and ``self.label``; ``close()`` (or ``with``) closes
-    the connection pool, and the next call opens a new one.
+    Subclasses set ``self.url``, ``self.label`` and the class attribute
+    ``error`` before calling ``super().__init__``; ``close()`` (or ``with``)
+    closes the connection pool, and the next call opens a new one.
+
+    ``self.breaker`` (a :class:`~metis_pg.models._breaker.CircuitBreaker`,
+    one per client instance) skips the model after
+    ``settings.model_breaker_failures`` failures in a row, for
+    ``settings.model_breaker_cooldown_s`` seconds; subclasses make every
+    request through ``self.breaker.call``.
+
+    Args:
+        transport: an httpx transport (tests use ``httpx.MockTransport``).
+        settings: process settings; None reads them from the environment.
     """
 
-    def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
+    error: type[ModelUnavailable] = ModelUnavailable
+    label: str
+
+    def __init__(self, transport: httpx.BaseTransport | None = None, *, settings: Settings | None = None) -> None:
+        self.settings = settings if settings is not None else Settings.from_env()
         self._transport = transport
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
+        self.breaker = CircuitBreaker(
+            self.error,
+            self.label,
+            failures=self.settings.model_breaker_failures,
+            cooldown_s=self.settings.model_breaker_cooldown_s,
+        )
 
     def _http(self) -> httpx.Client:
         with self._client_lock:

