@@ -223,6 +223,12 @@ class Settings(BaseSettings):
                         "base created over HTTP may name. None: no model URL over HTTP (the CLI and Python API "
                         "are not checked).")
 
+    model_key_envs: str = Field(
+        "", description="Names of environment variables (comma-separated) that a base created over HTTP may "
+                        "name as its embedding_api_key_env or reranker_api_key_env (the variable's value is sent "
+                        "to the allowed model host as its API key). None: API keys only for bases created with "
+                        "the CLI or the Python API.")
+
     # -- waits on PostgreSQL (read by metis_pg.db and metis_pg.storage)
     database_wait_s: float = Field(
         5.0, ge=0, description="Seconds to wait for a pooled connection (checkout) and to connect; then "

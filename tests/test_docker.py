@@ -24,6 +24,9 @@ COMPOSE = ROOT / "docker" / "compose.yaml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 README = ROOT / "docker" / "README.md"
 TOKENS = "compose-test-token-0123456789abcdef"
+EOS_TOKEN = "compose-eos-token-0123456789abcdef"
+#: What docker/.env must hold.
+REQUIRED = {"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS, "EOS_TOKEN": EOS_TOKEN}
 
 
 def compose_binary() -> Path:
@@ -47,13 +50,13 @@ def compose(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
     """The compose model as Docker Compose resolves it."""
-    done = compose("config", "--format", "json", env={"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS})
+    done = compose("config", "--format", "json", env=REQUIRED)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def test_compose_file_is_valid_for_docker_compose():
-    done = compose("config", "--quiet", env={"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS})
+    done = compose("config", "--quiet", env=REQUIRED)
     assert done.returncode == 0, done.stderr
 
 
@@ -62,13 +65,13 @@ def test_compose_validation_catches_a_bad_file(tmp_path):
     bad.write_text(COMPOSE.read_text().replace("    restart: unless-stopped\n", "    restart: unless-stopped\n    bogus: 1\n", 1))
     done = subprocess.run([str(compose_binary()), "--env-file", os.devnull, "-f", str(bad), "config", "--quiet"],
                           capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ.get("PATH", ""), "POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS})
+                          env={"PATH": os.environ.get("PATH", ""), **REQUIRED})
     assert done.returncode != 0 and "bogus" in done.stderr
 
 
-@pytest.mark.parametrize("missing", ["METIS_API_TOKENS", "POSTGRES_PASSWORD"])
+@pytest.mark.parametrize("missing", ["METIS_API_TOKENS", "POSTGRES_PASSWORD", "EOS_TOKEN"])
 def test_compose_refuses_to_start_without_tokens_or_password(missing):
-    env = {"POSTGRES_PASSWORD": "pw", "METIS_API_TOKENS": TOKENS}
+    env = dict(REQUIRED)
     del env[missing]
     done = compose("config", "--quiet", env=env)
     assert done.returncode != 0
@@ -104,6 +107,10 @@ def test_model_server_runs_the_bundled_model_from_the_same_image(config):
     assert eos["image"] == config["services"]["metis"]["image"]
     assert "/healthz" in " ".join(eos["healthcheck"]["test"])
     assert "ports" not in eos  # reachable by the other services only
+    # beyond loopback it wants a token, which metis holds and a base created over HTTP may name
+    assert eos["environment"]["METIS_EOS_TOKENS"] == EOS_TOKEN
+    metis = config["services"]["metis"]["environment"]
+    assert metis["EOS_TOKEN"] == EOS_TOKEN and metis["METIS_MODEL_KEY_ENVS"] == "EOS_TOKEN"
     assert config["services"]["metis"]["depends_on"]["eos"]["condition"] == "service_healthy"
 
 

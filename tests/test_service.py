@@ -187,6 +187,27 @@ def test_create_base_refuses_api_key_settings_over_http(client, base_name):
     assert_error(client.get(f"/bases/{base_name}"), 404, "BASE_NOT_FOUND")
 
 
+def test_an_api_key_variable_the_operator_lists_may_be_named_over_http(metis, base_name, monkeypatch):
+    monkeypatch.setenv("TEST_EOS_KEY", "k" * 24)
+    embedder = FakeService(lambda path, body: openai_embeddings(body, 16))
+    try:
+        settings = metis_pg.Settings(api_tokens=TOKEN, model_url_allow_hosts=f"127.0.0.1:{embedder.port}",
+                                     model_key_envs="TEST_EOS_KEY")
+        app = service.create_app(metis, settings=settings)
+        with service.running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                                       timeout=30) as c:
+            base = {"name": base_name, "embedding_model": "e", "embedding_dim": 16, "embedding_url": embedder.url}
+            refused = c.post("/bases", json={**base, "embedding_api_key_env": "METIS_API_TOKENS"})
+            assert_error(refused, 400, "INVALID_REQUEST")
+            assert "METIS_MODEL_KEY_ENVS" in refused.json()["error"]["message"]
+            created = c.post("/bases", json={**base, "embedding_api_key_env": "TEST_EOS_KEY"})
+            assert created.status_code == 201, created.text
+            assert c.post("/search", json={"bases": base_name, "question": "a question"}).status_code == 200
+        assert embedder.requests and all(h["authorization"] == "Bearer " + "k" * 24 for _, h, _ in embedder.requests)
+    finally:
+        embedder.close()
+
+
 def test_index_job_reads_a_folder_under_a_source_root_and_reports_progress(client, base_name, roots):
     write_corpus(roots / base_name, {"note.md": "# Kiosk\n\nThe kiosk code is QX-7781.\n", "b.txt": "Plain words."})
     started = client.post(f"/bases/{base_name}/index", json={"paths": [base_name]})

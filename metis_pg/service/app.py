@@ -55,7 +55,7 @@ from ..errors import (
 from .errors import error_response, validation_message
 from .gate import Gate
 from .jobs import Jobs
-from .model_urls import check_model_url, parse_allow_hosts
+from .model_urls import check_key_env, check_model_url, parse_allow_hosts, parse_key_envs
 from .schemas import (
     ERRORS,
     CompareIn,
@@ -130,6 +130,7 @@ def create_app(
     allowed_model_hosts = parse_allow_hosts(
         settings.model_url_allow_hosts if model_url_allow_hosts is None else model_url_allow_hosts
     )
+    allowed_key_envs = parse_key_envs(settings.model_key_envs)
     owned = metis is None
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
@@ -196,6 +197,9 @@ def create_app(
         for field in ("embedding_url", "reranker_url"):
             if getattr(body, field) is not None:
                 check_model_url(field, getattr(body, field), allowed_model_hosts)
+        for field in ("embedding_api_key_env", "reranker_api_key_env"):
+            if getattr(body, field) is not None:
+                check_key_env(field, getattr(body, field), allowed_key_envs)
         options = body.model_dump(exclude={"name", "kind"}, exclude_none=True)
         info = db.create_base(body.name, kind=body.kind, **options)
         return JSONResponse(info.to_dict(), status_code=201)

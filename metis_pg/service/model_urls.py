@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigError, InvalidInput
 
-__all__ = ["AllowedHosts", "parse_allow_hosts", "check_model_url"]
+__all__ = ["AllowedHosts", "parse_allow_hosts", "check_model_url", "parse_key_envs", "check_key_env"]
 
 #: (host, port or None for any port) pairs.
 AllowedHosts = frozenset[tuple[str, int | None]]
@@ -107,5 +107,39 @@ def check_model_url(field: str, url: str, allowed: AllowedHosts) -> None:
         f"{field}: the service may not call {where}: a base created over HTTP may name only model hosts the "
         "operator allows in METIS_MODEL_URL_ALLOW_HOSTS"
         + ("" if allowed else " (none are allowed now)")
+        + "; or create the base with the CLI (metis base create) or the Python API"
+    )
+
+
+def parse_key_envs(value: str | Sequence[str] | None) -> frozenset[str]:
+    """Return the environment variable names of `value` (comma-separated text or a list) a base created
+    over HTTP may name as its API key's variable (``METIS_MODEL_KEY_ENVS``).
+
+    Raises:
+        ConfigError: an item that is not an environment variable name.
+    """
+    if value is None:
+        return frozenset()
+    items = [i.strip() for i in (value.split(",") if isinstance(value, str) else value)]
+    for item in items:
+        if item and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", item):
+            raise ConfigError(f"METIS_MODEL_KEY_ENVS: {item!r} is not an environment variable name")
+    return frozenset(i for i in items if i)
+
+
+def check_key_env(field: str, name: str, allowed: frozenset[str]) -> None:
+    """Refuse an API key variable named over HTTP that the operator did not list.
+
+    Naming any variable would send its value (a database password, a cloud key) to
+    the model host as a bearer token: only the operator's list may be named.
+
+    Raises:
+        InvalidInput: `name` is not on the list.
+    """
+    if name in allowed:
+        return
+    raise InvalidInput(
+        f"{field}: a base created over HTTP may name only the key variables the operator allows in "
+        "METIS_MODEL_KEY_ENVS" + ("" if allowed else " (none are allowed now)")
         + "; or create the base with the CLI (metis base create) or the Python API"
     )

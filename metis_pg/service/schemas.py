@@ -83,7 +83,8 @@ _SPEC = BaseSpec()
 
 
 class CreateBaseIn(_Body):
-    """A new base (SPEC F1). API-key settings are not accepted over HTTP.
+    """A new base (SPEC F1). A model URL must be on ``METIS_MODEL_URL_ALLOW_HOSTS``, an API key
+    variable on ``METIS_MODEL_KEY_ENVS`` (the key itself is never sent or stored).
 
     An option left out (or null) takes the default of :class:`~metis_pg.config.BaseSpec`.
     """
@@ -95,8 +96,12 @@ class CreateBaseIn(_Body):
     embedding_dim: Annotated[StrictInt, Field(ge=1, le=16000)] | None = None
     embedding_protocol: Literal["openai", "tei"] | None = Field(None, description=f"default {_SPEC.embedding_protocol}")
     query_prefix: _text(None, 2000) | None = None
+    embedding_api_key_env: _text(None, 200) | None = Field(
+        None, description="the environment variable holding the embedding service's API key (METIS_MODEL_KEY_ENVS)")
     reranker_model: _text(None, 200) | None = None
     reranker_url: _text(None, 2000) | None = None
+    reranker_api_key_env: _text(None, 200) | None = Field(
+        None, description="the environment variable holding the reranker's API key (METIS_MODEL_KEY_ENVS)")
     reranker_protocol: Literal["cohere", "tei", "infinity"] | None = Field(
         None, description=f"default {_SPEC.reranker_protocol}")
     model_timeout_s: Annotated[float, Field(gt=0, le=600)] | None = Field(

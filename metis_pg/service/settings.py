@@ -37,7 +37,7 @@ MIN_TOKEN_CHARS = 16
 #: The fields of :class:`~metis_pg.config.Settings` the service reads.
 SERVICE_FIELDS = (
     "api_tokens", "source_roots", "max_body_bytes", "max_inflight_searches", "request_read_timeout_s",
-    "keep_alive_timeout_s", "max_connections", "model_url_allow_hosts",
+    "keep_alive_timeout_s", "max_connections", "model_url_allow_hosts", "model_key_envs",
 )
 #: (environment variable, default, help): every setting of the service, documented in docs/http.md.
 SETTINGS: tuple[tuple[str, str, str], ...] = tuple(
