@@ -8,7 +8,6 @@ started the session FAILS: these tests never skip for want of a database.
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,9 @@ from pathlib import Path
 import pytest
 
 import metis_pg
-from metis_pg import db, migrate
+from metis_pg import migrate
+
+from pg_servers import embedded_server
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -24,16 +25,13 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 @pytest.fixture(scope="session")
 def dsn() -> Iterator[str]:
     url = os.environ.get("METIS_DATABASE_URL")
-    home = None
-    if not url:
-        # Not under pytest's basetemp: a second pytest session of the same user resets
-        # /tmp/pytest-of-<user> to 0700, and the server (run as the user pgserver) then
-        # loses its data folder. /var/tmp is world-traversable already.
-        home = Path(tempfile.mkdtemp(prefix="metis-test-", dir="/var/tmp"))
-        url = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(url)
-    yield url
-    # The folder stays: the server stops only at exit (pgserver's cleanup), after any teardown.
+    if url:
+        migrate.upgrade(url)
+        yield url
+        return
+    with embedded_server("session") as (url, _):
+        migrate.upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,7 @@ from metis_pg.config import Settings
 from corpus import write_corpus
 from hash_embedder import DIM, HashEmbedder
 from model_servers import EosServer, free_port
+from pg_servers import embedded_server
 
 ROOT = Path(__file__).resolve().parents[1]
 MIGRATION_0008 = ROOT / "migrations" / "versions" / "2026_12_01_0008_base_state_and_advisory_locks.py"
@@ -102,15 +103,11 @@ def base_id(metis: metis_pg.Metis, name: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def own_server() -> Iterator[tuple[str, Path]]:
     """An embedded PostgreSQL for this module only (killed and filled by its tests): (uri, pgdata)."""
-    pgdata = (tmp_path_factory.mktemp("own-server") / "pgdata").resolve()
-    uri = db.embedded_dsn(pgdata)
-    migrate.upgrade(uri)
-    yield uri, pgdata
-    server = db._servers.pop(pgdata, None)
-    if server is not None:
-        server.cleanup()  # stops it (this process is its only user) and leaves nothing for exit
+    with embedded_server("own") as (uri, pgdata):
+        migrate.upgrade(uri)
+        yield uri, pgdata
 
 
 def postmaster_pid(pgdata: Path) -> int:

@@ -1,0 +1,30 @@
+"""Embedded PostgreSQL servers for the tests (not a test module)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from metis_pg import db
+
+
+@contextmanager
+def embedded_server(name: str) -> Iterator[tuple[str, Path]]:
+    """Start an embedded PostgreSQL in a new folder of /var/tmp; yield (uri, pgdata); stop and delete it after.
+
+    Not under pytest's basetemp: a second pytest session of the same user resets
+    /tmp/pytest-of-<user> to 0700, and the server (run as the user pgserver) then
+    loses its data folder. /var/tmp is world-traversable already.
+    """
+    home = Path(tempfile.mkdtemp(prefix=f"metis-test-{name}-", dir="/var/tmp"))
+    pgdata = (home / "pgdata").resolve()
+    try:
+        yield db.embedded_dsn(pgdata), pgdata
+    finally:
+        server = db._servers.pop(pgdata, None)
+        if server is not None:
+            server.cleanup()  # stops it when this process is its only user
+        shutil.rmtree(home, ignore_errors=True)
