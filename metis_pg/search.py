@@ -7,8 +7,8 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
 1. **Embed** the question once per embedding model (``embedder_for(spec)``). A model
    that does not answer turns a hybrid search into a keyword one (warning
    ``KEYWORD_ONLY``) and refuses a dense one (:class:`EmbeddingModelUnavailable`).
-2. **Statement**: bases sharing an embedding model *and* BM25/RRF parameters are
-   searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
+2. **Statement**: bases sharing an embedding model (served the same way) *and*
+   BM25/RRF parameters are searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
    filters inside both legs); each group uses its own bases' k1, b and rrf_k.
    Groups (bases of different models or parameters) are merged by RRF over their
    fused ranks, each list with its own rrf_k (Cormack, Clarke & Buettcher, SIGIR 2009).
@@ -190,22 +190,23 @@ class SearchPipeline:
         groups: dict[tuple, list[storage.BaseRow]] = {}
         for r in rows:
             groups.setdefault(statement_key(specs[r.base_id]), []).append(r)
-        vectors: dict[str, Any] = {}
+        vectors: dict[tuple, Any] = {}  # the question's vector per embedding service
         took = {"embed": 0.0, "dense": 0.0, "keyword": 0.0, "fuse": 0.0}
         lists: list[tuple[int, list[retrieval.Candidate]]] = []
-        for (fingerprint, k1, b, rrf_k), group in groups.items():
+        for key, group in groups.items():
             spec = specs[group[0].base_id]
-            if mode != "keyword" and fingerprint not in vectors:
+            service = key[:4]
+            if mode != "keyword" and service not in vectors:
                 t0 = time.perf_counter()
-                vectors[fingerprint] = self._embed_question(spec, request, warnings)
+                vectors[service] = self._embed_question(spec, request, warnings)
                 took["embed"] += (time.perf_counter() - t0) * 1000
             with self.pool.connection() as conn:
                 found, legs = retrieval.run_search(
-                    conn, base_ids=[r.base_id for r in group], model=fingerprint,
-                    query_embedding=vectors.get(fingerprint), terms=terms, top_k=fetch, legs_top_k=top_k,
-                    filters=request.filters, k1=k1, b=b, rrf_k=rrf_k,
+                    conn, base_ids=[r.base_id for r in group], model=spec.fingerprint,
+                    query_embedding=vectors.get(service), terms=terms, top_k=fetch, legs_top_k=top_k,
+                    filters=request.filters, k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
                 )
-            lists.append((rrf_k, found))
+            lists.append((spec.rrf_k, found))
             took["dense"] += legs.dense
             took["keyword"] += legs.keyword
             took["fuse"] += legs.fuse
@@ -275,9 +276,12 @@ class SearchPipeline:
         return next(iter(with_reranker.values()))[1] if with_reranker else None
 
 
-def statement_key(spec: BaseSpec) -> tuple[str, float, float, int]:
-    """What bases must share to be searched by one statement: model fingerprint, k1, b, rrf_k."""
-    return (spec.fingerprint, spec.k1, spec.b, spec.rrf_k)
+def statement_key(spec: BaseSpec) -> tuple:
+    """What bases must share to be searched by one statement: the same embedding model *served the
+    same way* (one question vector: a model name at two URLs may answer at one and not the other),
+    and the same k1, b and rrf_k."""
+    return (spec.fingerprint, spec.embedding_url, spec.embedding_protocol, spec.query_prefix,
+            spec.k1, spec.b, spec.rrf_k)
 
 
 def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k: int) -> list[retrieval.Candidate]:

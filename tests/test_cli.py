@@ -233,3 +233,30 @@ def test_help_names_every_command():
     assert result.code == 0
     for command in ("index", "search", "status", "base", "db", "eos"):
         assert re.search(rf"^\W*{command}\b", result.stdout, re.MULTILINE), command
+
+
+def test_control_characters_in_a_file_name_never_reach_the_terminal(dsn, base_name, tmp_path):
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "esc\x1b[31mred.md").write_text("# Lantern\n\nThe lantern oil is kept in the shed.\n", encoding="utf-8")
+    (folder / "two\nlines.md").write_text("# Lantern room\n\nThe lantern room is locked at night.\n", encoding="utf-8")
+    assert run_cli("index", str(folder), "--base", base_name, "--dsn", dsn, "--batch", "1").code == 0
+    result = run_cli("search", base_name, "lantern", "--mode", "keyword", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    assert "\x1b" not in result.stdout and "esc\\x1b[31mred.md:" in result.stdout
+    assert "two\\x0alines.md:" in result.stdout
+
+
+def test_ctrl_c_exits_130_and_says_what_to_do(dsn, base_name, tmp_path, monkeypatch):
+    import metis_pg.api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(metis_pg.api.Metis, "index", interrupted)
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\ntext\n", encoding="utf-8")
+    result = run_cli("index", str(folder), "--base", base_name, "--dsn", dsn)
+    assert result.code == 130
+    assert "interrupted" in result.stderr and "metis index" in result.stderr

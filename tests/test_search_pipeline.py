@@ -15,7 +15,7 @@ from metis_pg.snippets import snippet
 
 import hash_embedder
 from corpus import write_corpus
-from model_servers import FakeService, embedding_service
+from model_servers import FakeService, embedding_service, free_port
 
 # "anchor" is rare in the port, common in the fleet: each base's BM25 statistics and parameters differ.
 PORT = {
@@ -150,3 +150,24 @@ def test_close_closes_the_model_clients_http_connections(dsn, base_name):
         service.close()
         with metis_pg.Metis(dsn) as other:
             other.drop_base(base_name)
+
+
+def test_a_model_name_served_at_two_urls_is_embedded_at_each_whatever_the_base_order(metis, tmp_path):
+    tag = uuid.uuid4().hex[:8]
+    up, down = f"t-up-{tag}", f"t-down-{tag}"
+    dead_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with hash_embedder.serve() as url:
+        model = {"embedding_model": hash_embedder.MODEL, "embedding_dim": hash_embedder.DIM, "model_timeout_s": 2.0}
+        try:
+            metis.create_base(up, embedding_url=url, **model)
+            metis.index(up, write_corpus(tmp_path / "up", PORT))
+            metis.create_base(down, embedding_url=dead_url, **model)
+            for order in ([down, up], [up, down]):
+                answer = metis.search(order, "anchor chain", top_k=6)
+                from_up = [r for r in answer.results if r.base == up]
+                assert from_up and all(r.scores.dense is not None for r in from_up), order
+                keyword_only = [w.message for w in answer.warnings if w.code == "KEYWORD_ONLY"]
+                assert len(keyword_only) == 1 and dead_url in keyword_only[0], order
+        finally:
+            for name in (up, down):
+                metis.drop_base(name)
