@@ -86,7 +86,8 @@ def test_keyword_search_finds_documents_while_their_vectors_are_still_being_embe
             hits = metis.search(base_name, word(7), mode="keyword").results
             assert [r.citation.document for r in hits] == ["doc007.txt"]
             answer = metis.search(base_name, f"{word(11)} station", top_k=3)
-            assert "NO_VECTOR_YET" in [w.code for w in answer.warnings]
+            said = {w.code: w.message for w in answer.warnings}
+            assert "being embedded now" in said["NO_VECTOR_YET"]
             assert answer.results[0].citation.document == "doc011.txt"
         finally:
             gate.set()
