@@ -230,11 +230,24 @@ def print_answer(answer: SearchResponse) -> None:
         out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
     t = answer.took
     out.print(
-        f"[dim]{answer.mode}{' · reranked' if answer.reranked else ''} · took {t.total:.0f} ms "
+        f"[dim]{answer.mode}{_fusion_note(answer.fusion)}{' · reranked' if answer.reranked else ''} · took {t.total:.0f} ms "
         f"(embed {t.embed:.0f}, dense {t.dense:.0f}, keyword {t.keyword:.0f}, fuse {t.fuse:.0f}, "
         f"rerank {t.rerank:.0f})[/]",
         markup=True,
     )
+
+
+def _fusion_note(fusion: dict[str, Any]) -> str:
+    """Return `` · weights 1.5:1 · rrf_k 20`` for the fusion parts that are not the defaults, ``""`` else."""
+    if "per_base" in fusion:
+        return " · fusion per base"
+    note = ""
+    if (fusion.get("dense_weight", _SPEC.dense_weight), fusion.get("keyword_weight", _SPEC.keyword_weight)) != (
+            _SPEC.dense_weight, _SPEC.keyword_weight):
+        note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
+    if fusion.get("rrf_k", _SPEC.rrf_k) != _SPEC.rrf_k:
+        note += f" · rrf_k {fusion['rrf_k']}"
+    return note
 
 
 def print_comparison(result) -> None:

@@ -230,6 +230,16 @@ def test_cli_weights_and_rrf_k_reach_the_search_and_are_echoed(dsn, bases):
     assert compared.json()["fusion"] == data["fusion"]
 
 
+def test_cli_says_which_weights_fused_when_they_are_not_the_defaults(dsn, bases):
+    plain = run_cli("search", bases.plain, QUESTION, "--dsn", dsn)
+    assert plain.code == 0, plain.stderr
+    assert plain.stdout.splitlines()[-1].startswith("hybrid · took ")
+    weighted = run_cli("search", bases.plain, QUESTION, "--weights", "1.5:1", "--rrf-k", "20", "--dsn", dsn)
+    assert weighted.stdout.splitlines()[-1].startswith("hybrid · weights 1.5:1 · rrf_k 20 · took ")
+    both = run_cli("search", f"{bases.plain},{bases.weighted}", QUESTION, "--dsn", dsn)
+    assert both.stdout.splitlines()[-1].startswith("hybrid · fusion per base · took ")
+
+
 @pytest.mark.parametrize("args", [
     ("--weights", "1.5"), ("--weights", "a:b"), ("--weights", "1:2:3"), ("--weights", "-1:1"),
     ("--weights", "0:0"), ("--weights", "nan:1"), ("--rrf-k", "0"), ("--rrf-k", "x"),
