@@ -404,13 +404,15 @@ class Metis:
         top_k: int = 10,
         rerank: bool | None = None,
         filters: dict[str, Any] | retrieval.Filters | None = None,
+        fusion: dict[str, Any] | None = None,
     ) -> SearchResponse:
         """Return the `top_k` passages of `bases` that best answer `question`, each cited.
 
         Dense: exact cosine scan (pgvector ``<=>``) of the question's embedding (with
         the model's query prefix). Keyword: BM25, k1=1.2, b=0.75 (Robertson & Zaragoza
-        2009). Fusion: RRF, sum of 1/(60 + rank), rank from 1 (Cormack, Clarke &
-        Buettcher, SIGIR 2009). Each leg keeps max(50, 4*top_k); all three in one SQL
+        2009). Fusion: weighted RRF, ``dense_weight / (rrf_k + dense_rank) + keyword_weight /
+        (rrf_k + keyword_rank)``, ranks from 1 (Cormack, Clarke & Buettcher, SIGIR 2009),
+        the base's spec (default 1, 1, 60) or `fusion`. Each leg keeps max(50, 4*top_k); all three in one SQL
         statement with the filters inside both legs. With a reranker (and `rerank`
         not False) the best min(50, max(20, 3*top_k)) fused passages are reordered.
 
@@ -421,14 +423,18 @@ class Metis:
             top_k: 1 to 100 results.
             rerank: False skips the reranker; None/True use it when the base has one.
             filters: ``{"path_prefix": str, "kinds": [...], "sources": [...]}``.
+            fusion: ``{"rrf_k": int, "dense_weight": float, "keyword_weight": float}`` (any of
+                them) overriding the bases' spec for this search; echoed in ``answer.fusion``.
 
         Raises:
-            InvalidInput: empty or too long question, unknown mode, top_k out of range, bad filter.
+            InvalidInput: empty or too long question, unknown mode, top_k out of range, bad filter,
+                bad fusion override (an unknown key; rrf_k not 1-10,000; a weight not finite, < 0,
+                or both 0).
             BaseNotFound: a base does not exist.
             EmbeddingModelUnavailable: ``mode="dense"`` and the embedding model did not answer.
         """
         return self._search(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
-                            embedder_for=self.embedder)
+                            embedder_for=self.embedder, fusion=fusion)
 
     def _search(
         self,
@@ -441,10 +447,12 @@ class Metis:
         filters: dict[str, Any] | retrieval.Filters | None,
         embedder_for: Callable[[BaseSpec], Embedder],
         count: bool = True,
+        fusion: dict[str, Any] | None = None,
     ) -> SearchResponse:
         """:meth:`search`, embedding the question with ``embedder_for(spec)`` (evaluate passes
         one that answers from questions embedded beforehand, and ``count=False``)."""
-        request = SearchRequest.build(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters)
+        request = SearchRequest.build(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
+                                      fusion=fusion)
         pipeline = SearchPipeline(self.pool, embedder_for, self.reranker)
         return to_response(pipeline.run(request, count=count))
 
@@ -456,20 +464,21 @@ class Metis:
 
     def compare(self, bases: str | Sequence[str], question: str, *, top_k: int = 10,
                 rerank: bool | None = None,
-                filters: dict[str, Any] | retrieval.Filters | None = None) -> "CompareResult":
+                filters: dict[str, Any] | retrieval.Filters | None = None,
+                fusion: dict[str, Any] | None = None) -> "CompareResult":
         """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 
         One statement gives each passage its rank in each mode (the same ranks as
-        ``search(mode=...)`` with this `top_k` and `filters`) and why it came up;
+        ``search(mode=...)`` with this `top_k`, `filters` and `fusion`) and why it came up;
         see :mod:`metis_pg.compare`.
 
         Raises:
-            InvalidInput: empty or too long question, top_k out of range, bad filter.
+            InvalidInput: empty or too long question, top_k out of range, bad filter, bad fusion override.
             BaseNotFound: a base does not exist.
         """
         from .compare import compare
 
-        return compare(self, bases, question, top_k=top_k, rerank=rerank, filters=filters)
+        return compare(self, bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion)
 
     def evaluate(
         self,

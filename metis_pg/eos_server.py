@@ -59,7 +59,7 @@ from pydantic import BaseModel, Field
 from .config import Settings
 from .errors import ConfigError, MetisError
 from .models.embed import Embedder, LocalE5Embedder
-from .service import is_loopback
+from .service.settings import MIN_TOKEN_CHARS, is_loopback, parse_tokens
 
 __all__ = [
     "create_app",
@@ -83,8 +83,6 @@ MAX_TEXT_CHARS = 100_000
 
 #: Largest request body in bytes unless told otherwise; more is HTTP 413.
 DEFAULT_MAX_BODY_BYTES = Settings.model_fields["eos_max_body_bytes"].default
-#: Shortest bearer token accepted in ``METIS_EOS_TOKENS``.
-MIN_TOKEN_CHARS = 16
 #: Routes answered without a token.
 OPEN_PATHS = frozenset({"/healthz"})
 #: Scope key of the :class:`threading.Event` set once a request's client has gone.
@@ -126,19 +124,9 @@ def parse_eos_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
     """Return the bearer tokens of `value` (comma-separated text or a list), blanks dropped.
 
     Raises:
-        ConfigError: a token shorter than :data:`MIN_TOKEN_CHARS` characters.
+        ConfigError: a token shorter than :data:`MIN_TOKEN_CHARS` characters (naming METIS_EOS_TOKENS).
     """
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else list(value)
-    tokens = tuple(t.strip() for t in items if t and t.strip())
-    short = [t for t in tokens if len(t) < MIN_TOKEN_CHARS]
-    if short:
-        raise ConfigError(
-            f"a token of METIS_EOS_TOKENS has {len(short[0])} characters; use at least {MIN_TOKEN_CHARS} "
-            "(for example: openssl rand -hex 24)"
-        )
-    return tokens
+    return parse_tokens(value, variable="METIS_EOS_TOKENS")
 
 
 class _Gate:

@@ -178,7 +178,12 @@ class SearchResult:
 
 @dataclass(frozen=True, slots=True)
 class SearchResponse:
-    """The answer to a search (SPEC F13): results best first, and how it went."""
+    """The answer to a search (SPEC F13): results best first, and how it went.
+
+    ``fusion`` is what fused the legs: ``{"rrf_k", "dense_weight", "keyword_weight"}`` when
+    every base searched used the same (the bases' spec, or the search's override), else
+    ``{"per_base": {base: {"rrf_k", "dense_weight", "keyword_weight"}}}``.
+    """
 
     mode: str
     reranked: bool
@@ -186,6 +191,7 @@ class SearchResponse:
     warnings: tuple[SearchWarning, ...]
     took: Took
     bases: tuple[str, ...] = ()
+    fusion: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the SPEC F13 JSON (what ``metis search --json`` prints)."""
@@ -193,6 +199,7 @@ class SearchResponse:
             "mode": self.mode,
             "reranked": self.reranked,
             "bases": list(self.bases),
+            "fusion": self.fusion,
             "results": [r.to_dict() for r in self.results],
             "warnings": [w.to_dict() for w in self.warnings],
             "took": self.took.to_dict(),

@@ -9,7 +9,9 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
    ``KEYWORD_ONLY``) and refuses a dense one (:class:`EmbeddingModelUnavailable`).
 2. **Statement**: bases sharing an embedding model (served the same way) *and*
    BM25/RRF parameters are searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
-   filters inside both legs); each group uses its own bases' k1, b and rrf_k.
+   filters inside both legs); each group uses its own bases' k1, b, rrf_k, dense_weight and
+   keyword_weight (weighted RRF: ``dense_weight / (rrf_k + dense_rank) + keyword_weight /
+   (rrf_k + keyword_rank)``), or the request's ``fusion`` override of rrf_k and the weights.
    Groups (bases of different models or parameters) are merged by RRF over their
    fused ranks, each list with its own rrf_k (Cormack, Clarke & Buettcher, SIGIR 2009).
 3. **Rerank** the best ``rerank_candidates(top_k)`` fused passages when the bases
@@ -27,6 +29,7 @@ A search adds one to each base's count for the day (SPEC F20) unless asked not t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +39,7 @@ from psycopg_pool import ConnectionPool
 
 from . import retrieval, storage
 from .chunking import embedding_text
-from .config import BaseSpec
+from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
 from .memories import order_facts
 from .models.embed import Embedder
@@ -47,7 +50,7 @@ from .tokenizer import query_terms
 
 __all__ = [
     "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "SearchRequest", "Ranked", "SearchPipeline",
-    "check_request", "rerank_candidates", "statement_key", "to_response",
+    "check_request", "check_fusion", "rerank_candidates", "statement_key", "to_response", "fusion_echo",
 ]
 
 MODES = ("hybrid", "dense", "keyword")
@@ -76,6 +79,30 @@ def check_request(names: Sequence[str], question: str, top_k: int, mode: str = "
         raise InvalidInput(f"the question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
 
 
+def check_fusion(fusion: dict[str, Any] | None) -> dict[str, Any]:
+    """Check a search's override of its bases' fusion parameters; return it (a new dict, {} for None).
+
+    `fusion` holds any of ``rrf_k`` (1 to 10,000), ``dense_weight`` and ``keyword_weight``
+    (finite, >= 0, not both 0), as :class:`~metis_pg.config.BaseSpec` checks them.
+
+    Raises:
+        InvalidInput: not a dict, an unknown key, or a value out of range.
+    """
+    if fusion is None:
+        return {}
+    if not isinstance(fusion, dict):
+        raise InvalidInput(f"fusion must be an object with any of {', '.join(FUSION_FIELDS)}")
+    unknown = [k for k in fusion if k not in FUSION_FIELDS]
+    if unknown:
+        raise InvalidInput(f"fusion has no field {unknown[0]!r} (fields: {', '.join(FUSION_FIELDS)})")
+    given = {k: v for k, v in fusion.items() if v is not None}
+    # Both weights 0 is refused here when both are given, else per base (SearchRequest.spec_for).
+    problem = fusion_problem(**given)
+    if problem:
+        raise InvalidInput(f"fusion: {problem}")
+    return {k: float(v) if k != "rrf_k" else v for k, v in given.items()}
+
+
 def rerank_candidates(top_k: int) -> int:
     """Fused candidates a reranker reads: 3 x top_k, at least 20, at most 50 (SPEC F8)."""
     return min(50, max(20, 3 * top_k))
@@ -94,6 +121,7 @@ class SearchRequest:
     top_k: int = 10
     rerank: bool | None = None
     filters: retrieval.Filters = field(default_factory=retrieval.Filters)
+    fusion: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -105,17 +133,37 @@ class SearchRequest:
         top_k: int = 10,
         rerank: bool | None = None,
         filters: dict[str, Any] | retrieval.Filters | None = None,
+        fusion: dict[str, Any] | None = None,
     ) -> "SearchRequest":
         """Return a checked request; duplicate base names are asked once.
 
+        Args:
+            fusion: overrides the bases' ``rrf_k``, ``dense_weight``, ``keyword_weight``
+                (any of them) for this search; see :func:`check_fusion`.
+
         Raises:
-            InvalidInput: as :func:`check_request`, or a bad filter.
+            InvalidInput: as :func:`check_request`, a bad filter, or a bad fusion override.
         """
         names = (bases,) if isinstance(bases, str) else tuple(dict.fromkeys(bases))
         check_request(names, question, top_k, mode)
         if not isinstance(filters, retrieval.Filters):
             filters = retrieval.Filters.from_mapping(filters)
-        return cls(bases=names, question=question, mode=mode, top_k=top_k, rerank=rerank, filters=filters)
+        return cls(bases=names, question=question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
+                   fusion=check_fusion(fusion))
+
+    def spec_for(self, spec: BaseSpec) -> BaseSpec:
+        """Return a base's spec with this request's fusion override applied.
+
+        Raises:
+            InvalidInput: the override and the spec together set both weights to 0.
+        """
+        if not self.fusion:
+            return spec
+        merged = {name: self.fusion.get(name, getattr(spec, name)) for name in FUSION_FIELDS}
+        problem = fusion_problem(**merged)
+        if problem:
+            raise InvalidInput(f"fusion: {problem}")
+        return dataclasses.replace(spec, **merged)
 
 
 @dataclass(slots=True)
@@ -130,6 +178,7 @@ class Ranked:
         reranked: whether the reranker's order is the answer's.
         warnings: what the search could not do, or what the caller should know.
         took: milliseconds per step.
+        fusion: the fusion parameters used, as :func:`fusion_echo` gives them.
     """
 
     request: SearchRequest
@@ -138,6 +187,7 @@ class Ranked:
     reranked: bool
     warnings: list[SearchWarning]
     took: Took
+    fusion: dict[str, Any] = field(default_factory=dict)
 
 
 #: Returns the (shared) embedding client of a base spec.
@@ -174,7 +224,7 @@ class SearchPipeline:
         with self.pool.connection() as conn:
             rows = [storage.get_base(conn, n) for n in request.bases]
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
-        specs = {r.base_id: BaseSpec.from_json(r.spec) for r in rows}
+        specs = {r.base_id: request.spec_for(BaseSpec.from_json(r.spec)) for r in rows}
         warnings: list[SearchWarning] = []
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
@@ -186,7 +236,7 @@ class SearchPipeline:
             fetch = top_k
         terms = query_terms(request.question) if mode != "dense" else []
 
-        # One statement per group of bases sharing a model and the BM25 / RRF parameters.
+        # One statement per group of bases sharing a model and the BM25 / fusion parameters.
         groups: dict[tuple, list[storage.BaseRow]] = {}
         for r in rows:
             groups.setdefault(statement_key(specs[r.base_id]), []).append(r)
@@ -205,6 +255,7 @@ class SearchPipeline:
                     conn, base_ids=[r.base_id for r in group], model=spec.fingerprint,
                     query_embedding=vectors.get(service), terms=terms, top_k=fetch, legs_top_k=top_k,
                     filters=request.filters, k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
+                    dense_weight=spec.dense_weight, keyword_weight=spec.keyword_weight,
                 )
             lists.append((spec.rrf_k, found))
             took["dense"] += legs.dense
@@ -239,7 +290,7 @@ class SearchPipeline:
             storage.record_search(self.pool, [r.base_id for r in rows], mode)
         return Ranked(
             request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
-            warnings=warnings,
+            warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
         )
@@ -279,9 +330,24 @@ class SearchPipeline:
 def statement_key(spec: BaseSpec) -> tuple:
     """What bases must share to be searched by one statement: the same embedding model *served the
     same way* (one question vector: a model name at two URLs may answer at one and not the other),
-    and the same k1, b and rrf_k."""
+    and the same k1, b, rrf_k, dense_weight and keyword_weight (the statement takes one of each)."""
     return (spec.fingerprint, spec.embedding_url, spec.embedding_protocol, spec.query_prefix,
-            spec.k1, spec.b, spec.rrf_k)
+            spec.k1, spec.b, spec.rrf_k, spec.dense_weight, spec.keyword_weight)
+
+
+def fusion_echo(specs: dict[str, BaseSpec]) -> dict[str, Any]:
+    """Return the fusion parameters a search used, for its answer (``SearchResponse.fusion``).
+
+    ``{"rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0}`` when every base searched
+    used the same (the usual case); else ``{"per_base": {base: {"rrf_k", "dense_weight",
+    "keyword_weight"}}}``: each base's own, its list merged with the others' by RRF over
+    ranks, each with its own rrf_k (:func:`merge_by_rank`).
+    """
+    used = {name: {f: getattr(spec, f) for f in FUSION_FIELDS} for name, spec in specs.items()}
+    distinct = {tuple(u.values()) for u in used.values()}
+    if len(distinct) <= 1:
+        return next(iter(used.values()), {})
+    return {"per_base": used}
 
 
 def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k: int) -> list[retrieval.Candidate]:
@@ -364,4 +430,5 @@ def to_response(ranked: Ranked) -> SearchResponse:
             citation=citation(c, question_terms), scores=scores, chunk_id=c.chunk_id, holds=c.holds,
         ))
     return SearchResponse(mode=request.mode, reranked=ranked.reranked, results=tuple(results),
-                          warnings=tuple(ranked.warnings), took=ranked.took, bases=request.bases)
+                          warnings=tuple(ranked.warnings), took=ranked.took, bases=request.bases,
+                          fusion=ranked.fusion)

@@ -89,7 +89,7 @@ def test_search_json_is_the_api_answer(dsn, metis, indexed):
     assert result.code == 0, result.stderr
     data = result.json()
     want = metis.search(indexed, "paid vacation days", top_k=3).to_dict()
-    assert set(data) == set(want) == {"mode", "reranked", "bases", "results", "warnings", "took"}
+    assert set(data) == set(want) == {"mode", "reranked", "bases", "fusion", "results", "warnings", "took"}
     assert set(data["took"]) == set(want["took"])
     assert {k: v for k, v in data.items() if k != "took"} == {k: v for k, v in want.items() if k != "took"}
     assert len(data["results"]) == 3

@@ -155,7 +155,7 @@ def test_dense_mode_ranks_by_meaning_only(metis, small_base):
 def test_hybrid_answer_has_the_spec_shape(metis, small_base):
     answer = metis.search(small_base, "router reset red button", top_k=3)
     data = answer.to_dict()
-    assert set(data) == {"mode", "reranked", "bases", "results", "warnings", "took"}
+    assert set(data) == {"mode", "reranked", "bases", "fusion", "results", "warnings", "took"}
     assert set(data["took"]) == {"embed", "dense", "keyword", "fuse", "rerank", "total"}
     assert data["mode"] == "hybrid" and data["reranked"] is False and data["warnings"] == []
     first = data["results"][0]

@@ -139,7 +139,7 @@ def test_search_answers_exactly_the_api_json(client, metis, indexed_base):
     assert response.status_code == 200, response.text
     got = response.json()
     want = metis.search(indexed_base, "PO-2231 signatures", mode="keyword", top_k=3).to_dict()
-    assert set(got) == set(want) == {"mode", "reranked", "bases", "results", "warnings", "took"}
+    assert set(got) == set(want) == {"mode", "reranked", "bases", "fusion", "results", "warnings", "took"}
     assert set(got["took"]) == {"embed", "dense", "keyword", "fuse", "rerank", "total"}
     got.pop("took"), want.pop("took")
     assert got == want

@@ -249,8 +249,9 @@ def create_app(
     def search(body: SearchIn) -> JSONResponse:
         started = time.perf_counter()
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
+        fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
-                           filters=filters)
+                           filters=filters, fusion=fusion)
         # Never the question: bases, mode, top_k, counts and time only.
         log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
                  body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)
@@ -260,7 +261,9 @@ def create_app(
               responses={404: {"model": ErrorOut}})
     def compare(body: CompareIn) -> JSONResponse:
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
-        result = db.compare(body.bases, body.question, top_k=body.top_k, rerank=body.rerank, filters=filters)
+        fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
+        result = db.compare(body.bases, body.question, top_k=body.top_k, rerank=body.rerank, filters=filters,
+                            fusion=fusion)
         return JSONResponse(result.to_dict())
 
     @api.post("/bases/{name}/notes", status_code=201, summary="Add a note (a document of the source metis-<name>)",

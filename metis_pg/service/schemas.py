@@ -55,6 +55,25 @@ class FiltersIn(_Body):
     sources: Annotated[list[_text(None, 200)], Field(max_length=100)] | None = None
 
 
+#: A base's defaults live in BaseSpec only; the schema shows them.
+_SPEC = BaseSpec()
+
+#: A weight of a leg in the fusion: a finite number >= 0 (both 0 is refused by the search, 400).
+Weight = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
+class FusionIn(_Body):
+    """Overrides the bases' fusion parameters for one search (any of them; the rest from each base's spec):
+    ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``."""
+
+    rrf_k: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = Field(
+        None, description=f"RRF constant; default the base's ({_SPEC.rrf_k} unless set at creation)")
+    dense_weight: Weight | None = Field(
+        None, description=f"weight of the dense leg; default the base's ({_SPEC.dense_weight:g} unless set)")
+    keyword_weight: Weight | None = Field(
+        None, description=f"weight of the keyword leg; default the base's ({_SPEC.keyword_weight:g} unless set)")
+
+
 class SearchIn(_Body):
     """A search (SPEC F5-F12)."""
 
@@ -66,6 +85,7 @@ class SearchIn(_Body):
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)
     rerank: StrictBool | None = Field(None, description="false skips the reranker; null/true use it if the base has one")
     filters: FiltersIn | None = None
+    fusion: FusionIn | None = Field(None, description="overrides the bases' rrf_k and leg weights for this search")
 
 
 class CompareIn(_Body):
@@ -76,10 +96,7 @@ class CompareIn(_Body):
     top_k: StrictInt = Field(10, ge=1, le=MAX_TOP_K)
     rerank: StrictBool | None = None
     filters: FiltersIn | None = None
-
-
-#: A base's defaults live in BaseSpec only; the schema shows them.
-_SPEC = BaseSpec()
+    fusion: FusionIn | None = Field(None, description="overrides the bases' rrf_k and leg weights, as in a search")
 
 
 class CreateBaseIn(_Body):
@@ -108,6 +125,12 @@ class CreateBaseIn(_Body):
         None, description=f"seconds; default {_SPEC.model_timeout_s:g}")
     chunk_size: Annotated[StrictInt, Field(ge=200, le=20000)] | None = Field(
         None, description=f"characters; default {_SPEC.chunk_size}")
+    rrf_k: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = Field(
+        None, description=f"RRF constant of the fusion; default {_SPEC.rrf_k}")
+    dense_weight: Weight | None = Field(
+        None, description=f"weight of the dense leg in the fusion (not both 0); default {_SPEC.dense_weight:g}")
+    keyword_weight: Weight | None = Field(
+        None, description=f"weight of the keyword leg in the fusion; default {_SPEC.keyword_weight:g}")
 
 
 class IndexIn(_Body):
@@ -190,12 +213,23 @@ class TookOut(BaseModel):
     total: float
 
 
+class FusionOut(BaseModel):
+    """The fusion parameters used: these three when every base searched used the same, else
+    ``per_base`` alone (base name → these three)."""
+
+    rrf_k: int | None = None
+    dense_weight: float | None = None
+    keyword_weight: float | None = None
+    per_base: dict[str, dict[str, float]] | None = None
+
+
 class SearchOut(BaseModel):
     """The SPEC F13 answer (documentation only: the body is ``SearchResponse.to_dict()``)."""
 
     mode: str
     reranked: bool
     bases: list[str]
+    fusion: FusionOut
     results: list[ResultOut]
     warnings: list[WarningOut]
     took: TookOut

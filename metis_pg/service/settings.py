@@ -86,8 +86,11 @@ class Limits:
         return cls(**values)
 
 
-def parse_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
+def parse_tokens(value: str | Sequence[str] | None, *, variable: str = "METIS_API_TOKENS") -> tuple[str, ...]:
     """Return the bearer tokens of `value` (comma-separated text or a list), blanks dropped.
+
+    Args:
+        variable: the environment variable the tokens come from, named in the error.
 
     Raises:
         ConfigError: a token shorter than :data:`MIN_TOKEN_CHARS` characters.
@@ -99,7 +102,7 @@ def parse_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
     short = [t for t in tokens if len(t) < MIN_TOKEN_CHARS]
     if short:
         raise ConfigError(
-            f"a token of METIS_API_TOKENS has {len(short[0])} characters; use at least {MIN_TOKEN_CHARS} "
+            f"a token of {variable} has {len(short[0])} characters; use at least {MIN_TOKEN_CHARS} "
             "(for example: openssl rand -hex 24)"
         )
     return tokens

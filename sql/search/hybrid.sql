@@ -11,7 +11,8 @@
 --   %(terms)s           text[]   the question's distinct BM25 terms (metis_pg.tokenizer.query_terms)
 --   %(k1)s, %(b)s       float8   BM25 parameters (SPEC: 1.2, 0.75)
 --   %(rrf_k)s           int      RRF constant (SPEC: 60)
---   %(dense_weight)s, %(keyword_weight)s  float8  weights of each leg in the fusion (SPEC: 1, 1)
+--   %(dense_weight)s, %(keyword_weight)s  float8  weights of each leg in the fusion, >= 0, not both 0
+--                       (BaseSpec defaults 1, 1; a search may override them)
 --   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
 --   %(top_k)s           int      fused rows returned
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
