@@ -43,6 +43,7 @@ from pathlib import Path
 
 import metis_pg
 from metis_pg import db, migrate
+from metis_pg.readers import kind_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +89,7 @@ def main() -> None:
     m.embedder(metis_pg.BaseSpec.from_json(m._base_row(base).spec)).embed_passages(["warm up"])  # model loaded
     first_answer: dict[str, float] = {}
     files = sum(1 for p in paths for f in (p.rglob("*") if p.is_dir() else [p])
-                if f.is_file() and not any(part.startswith(".") for part in f.parts))
+                if f.is_file() and kind_of(f.name) and not any(part.startswith(".") for part in f.parts))
     stop = threading.Event()
     started = time.perf_counter()
 
