@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import re
 import threading
 import time
 
@@ -169,3 +171,24 @@ def test_a_changed_document_reuses_the_vectors_of_its_unchanged_chunk_texts(meti
         assert report.status == "ready" and vector_counts(metis, base_name)[1:] == (first.chunks, first.chunks)
     finally:
         service.close()
+
+
+def test_metis_index_shows_an_embedding_bar_after_the_documents_bar(metis, base_name, tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from metis_pg import cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=screen, force_terminal=True, width=200, color_system=None))
+    service = FakeService(embedding_service(DIM))
+    try:
+        metis.create_base(base_name, embedding_model="test-embed", embedding_url=service.url,
+                          embedding_dim=DIM, model_timeout_s=30.0)
+        folder = write_corpus(tmp_path / "kb", many(12))
+        report = cli._index_with_progress(metis, base_name, [folder], None, quiet=False)
+    finally:
+        service.close()
+    assert (report.chunks_embedded, report.status) == (12, "ready")
+    shown = screen.getvalue()
+    assert re.search(r"indexing\s.*12/12 documents", shown), shown
+    assert re.search(r"embedding\s.*12/12 chunks · [\d.]+ chunks/s", shown), shown
