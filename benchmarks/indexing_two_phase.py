@@ -14,11 +14,21 @@ The default folder is the README demo's: this repository's ``docs/`` and
 command with that checkout first on ``PYTHONPATH`` (the benchmark uses only
 ``Metis.index`` and ``Metis.search``).
 
+``--jsonl FILE --limit N`` indexes the first N records of a shared set's
+``corpus.jsonl`` instead, one ``.txt`` document each (title and text; an
+msmarco passage is one chunk). ``--stop-when-searchable`` interrupts the run
+(as Ctrl-C does) once every document is searchable by keyword, and prints how
+many vectors were kept: for thousands of chunks, where the run to ready takes
+many minutes.
+
 Usage::
 
     python benchmarks/indexing_two_phase.py                                   # docs/ + README.md
     python benchmarks/indexing_two_phase.py ../shared/data/gno-bench-fixture/corpus
     python benchmarks/indexing_two_phase.py FOLDER --query word --dsn postgresql://...
+    python benchmarks/indexing_two_phase.py --jsonl ../shared/data/agentset-msmarco/corpus.jsonl --limit 1000
+    python benchmarks/indexing_two_phase.py --jsonl ../shared/data/agentset-msmarco/corpus.jsonl \
+        --limit 5000 --stop-when-searchable
 
 With no ``--dsn`` the embedded PostgreSQL starts in a temporary folder deleted at
 the end; with ``--dsn`` the benchmark works in its own base, dropped at the end.
@@ -26,8 +36,10 @@ the end; with ``--dsn`` the benchmark works in its own base, dropped at the end.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import atexit
+import json
 import os
 import platform
 import re
@@ -72,12 +84,25 @@ def main() -> None:
     parser.add_argument("paths", nargs="*", help="files and folders to index (default: docs/ and README.md)")
     parser.add_argument("--query", default=None, help="keyword question (default: a word of the first file)")
     parser.add_argument("--dsn", default=None, help="PostgreSQL URL; default: a throwaway embedded server")
+    parser.add_argument("--jsonl", type=Path, default=None, help="a corpus.jsonl to index (one document a record)")
+    parser.add_argument("--limit", type=int, default=1000, help="records of --jsonl indexed (default 1000)")
+    parser.add_argument("--stop-when-searchable", action="store_true",
+                        help="interrupt the run once every document is searchable by keyword")
     args = parser.parse_args()
-    paths = [Path(p) for p in args.paths] or [REPO / "docs", REPO / "README.md"]
-    query = args.query or a_word_of(paths)
-
     work = Path(tempfile.mkdtemp(prefix="metis-twophase-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)  # runs after the server's own atexit stop
+    if args.jsonl:
+        folder = work / "corpus"
+        folder.mkdir()
+        with args.jsonl.open(encoding="utf-8") as f:
+            for i, line in zip(range(args.limit), f):
+                record = json.loads(line)
+                text = "\n\n".join(x for x in (record.get("title"), record.get("text")) if x)
+                (folder / f"doc{i:05d}.txt").write_text(text, encoding="utf-8")
+        paths = [folder]
+    else:
+        paths = [Path(p) for p in args.paths] or [REPO / "docs", REPO / "README.md"]
+    query = args.query or a_word_of(paths)
     dsn = args.dsn or db.embedded_dsn(work / "pgdata")
     migrate.upgrade(dsn)
     base = f"bench-{uuid.uuid4().hex[:8]}"
@@ -103,19 +128,32 @@ def main() -> None:
                                              " WHERE b.name = %s", (base,)).fetchone()[0]
                 if documents >= first_answer.get("documents", files):
                     first_answer["all_s"] = time.perf_counter() - started
+                    if args.stop_when_searchable:
+                        _thread.interrupt_main()  # as Ctrl-C
                     return
             except metis_pg.MetisError:
                 pass
             time.sleep(0.05)
 
     poller = threading.Thread(target=ask, daemon=True)
+    report = None
     try:
         poller.start()
-        report = m.index(base, *paths)
+        try:
+            report = m.index(base, *paths)
+        except KeyboardInterrupt:
+            if not args.stop_when_searchable:
+                raise
         ready_s = time.perf_counter() - started
-        first_answer["documents"] = report.new  # files not read (failed, other kinds) are not waited for
+        if report is not None:
+            first_answer["documents"] = report.new  # files not read (failed, other kinds) are not waited for
         poller.join(5)
         stop.set()
+        with m.pool.connection() as conn:
+            chunks, vectors = conn.execute(
+                "SELECT (SELECT count(*) FROM chunks c JOIN bases b USING (base_id) WHERE b.name = %(b)s),"
+                " (SELECT count(*) FROM embeddings e JOIN bases b USING (base_id) WHERE b.name = %(b)s)",
+                {"b": base}).fetchone()
     finally:
         stop.set()
         m.drop_base(base)
@@ -127,13 +165,19 @@ def main() -> None:
     print(f"command: python benchmarks/indexing_two_phase.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}".rstrip())
     print(f"uptime before: {load_before}")
     print(f"uptime after:  {uptime()}")
-    print(f"indexed {report.new} documents, {report.chunks} chunks ({report.chunks_embedded} embedded),"
-          f" status {report.status}")
+    if report is None:
+        print(f"interrupted once every document was searchable: {chunks} chunks, {vectors} vectors kept")
+    else:
+        print(f"indexed {report.new} documents, {report.chunks} chunks ({report.chunks_embedded} embedded),"
+              f" status {report.status}")
     shown = f"{first_answer['s']:.1f} s" if "s" in first_answer else "never during the run"
     print(f"first keyword answer ({query!r}): {shown}")
     every = f"{first_answer['all_s']:.1f} s" if "all_s" in first_answer else "only at the end"
     print(f"every document searchable by keyword: {every}")
-    print(f"ready: {ready_s:.1f} s ({report.chunks / ready_s:.1f} chunks/s)")
+    if report is None:
+        print(f"interrupted at {ready_s:.1f} s ({vectors / ready_s:.1f} vectors/s until then)")
+    else:
+        print(f"ready: {ready_s:.1f} s ({report.chunks / ready_s:.1f} chunks/s)")
 
 
 if __name__ == "__main__":
