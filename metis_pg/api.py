@@ -217,8 +217,13 @@ class Metis:
         max_file_bytes: int | None = None,
         batch_documents: int = 100,
         file_time_budget_s: float | None = None,
+        on_embed_progress: indexing.EmbedProgress | None = None,
     ) -> IndexReport:
         """Index files and folders into `base` (created with defaults if missing); return the report.
+
+        Two phases: the words of every new or changed document are written first
+        (keyword search finds them within seconds), then the chunks without a
+        vector are embedded (hybrid searches meanwhile say ``NO_VECTOR_YET``).
 
         Incremental (SPEC F3): unchanged documents are skipped, changed ones
         re-indexed, documents gone from an indexed folder deleted. Unreadable files
@@ -227,6 +232,8 @@ class Metis:
         leaves every document it committed searchable, and the next run finishes.
 
         Args:
+            on_progress: words phase, after each file: (documents done, documents in all, chunks written).
+            on_embed_progress: embedding phase, after each batch: (chunks embedded, chunks to embed).
             max_file_bytes: for this run, skip files larger than this (default: the
                 base spec's ``max_file_bytes``, 20 MB).
             batch_documents: documents written per transaction at most (1 to 10,000).
@@ -257,6 +264,7 @@ class Metis:
             return indexing.index_paths(
                 self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
                 batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
+                on_embed_progress=on_embed_progress,
             )
 
     def reembed(

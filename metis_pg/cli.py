@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from .config import BaseSpec
 from .errors import InvalidInput, MetisError
@@ -113,21 +120,31 @@ def index(
 
 def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | None, *, quiet: bool,
                          max_file_bytes: int | None = None, batch_documents: int = 100) -> IndexReport:
+    """Index with two bars on stderr: "indexing" (documents, words phase), then "embedding" (chunks)."""
     with Progress(
-        TextColumn("indexing"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("documents · {task.fields[chunks]} chunks · {task.fields[rates]}"),
-        TimeElapsedColumn(), console=err, disable=quiet or not err.is_terminal, transient=True,
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]} · {task.fields[rates]}"),
+        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+        console=err, disable=quiet or not err.is_terminal, transient=True,
     ) as bar:
-        task = bar.add_task("index", total=None, chunks=0, rates="")
+        task = bar.add_task("indexing", total=None, unit="documents", rates="")
         started = time.perf_counter()
+        embedding: dict[str, Any] = {}
 
         def progress(done: int, total: int, chunks: int) -> None:
             elapsed_s = max(time.perf_counter() - started, 1e-6)
-            rates = f"{done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
-            bar.update(task, completed=done, total=total, chunks=chunks, rates=rates)
+            rates = f"{chunks} chunks · {done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
+            bar.update(task, completed=done, total=total, rates=rates)
+
+        def embed_progress(done: int, total: int) -> None:
+            if not embedding:
+                embedding["task"] = bar.add_task("embedding", total=total, unit="chunks", rates="")
+                embedding["started"] = time.perf_counter()
+            elapsed_s = max(time.perf_counter() - embedding["started"], 1e-6)
+            bar.update(embedding["task"], completed=done, total=total, rates=f"{done / elapsed_s:.1f} chunks/s")
 
         return m.index(base, *paths, source=source, on_progress=progress, max_file_bytes=max_file_bytes,
-                       batch_documents=batch_documents)
+                       batch_documents=batch_documents, on_embed_progress=embed_progress)
 
 
 def _print_report(report: IndexReport) -> None:

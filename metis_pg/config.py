@@ -278,6 +278,9 @@ class Settings(BaseSettings):
     file_time_budget_s: float = Field(
         60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "
                                 "reason (checked inside the readers' loops: one library call may overrun it).")
+    embed_batch_chunks: int = Field(
+        64, ge=1, le=10_000, description="Chunks embedded and written per transaction by the embedding phase of "
+                                         "`metis index`: an interruption loses at most this many vectors.")
 
     # -- remote models and the local Eos server (metis eos serve)
     model_breaker_failures: int = Field(

@@ -1,4 +1,13 @@
-"""The indexing pipeline: read → chunk → tokenize → embed → store (SPEC F2-F4).
+"""The indexing pipeline: read → chunk → tokenize → store, then embed (SPEC F2-F4).
+
+Two phases (issue 14): phase 1 (words) reads, chunks, tokenizes and writes every
+new or changed document's chunks and postings for the whole run without calling
+the embedding model, so keyword search answers as soon as a batch is written
+(hybrid searches meanwhile answer with the ``NO_VECTOR_YET`` warning); chunks of
+a changed document whose text did not change keep their vectors. Phase 2
+(meaning) then embeds every chunk of the base lacking a vector
+(:func:`embed_missing`), writing each batch as it finishes: a Ctrl-C or kill
+keeps what is embedded and the next run embeds only the rest.
 
 Incremental (F3): a document whose content hash is unchanged is skipped; a
 changed one is re-chunked and written in the transaction that also deletes its
@@ -6,10 +15,10 @@ previous version (reusing the vectors of chunks whose text did not change); a
 document gone from its folder is deleted with everything it owns. Documents are
 written in batches, one transaction each (:class:`_Batch`).
 
-When the embedding model does not answer (F14), chunks are stored without
-vectors, the base becomes ``waiting``, and the model is not called again during
-that run; the next run first embeds exactly the chunks that lack a vector, then
-returns the base to ``ready``.
+When the embedding model does not answer (F14), the chunks keep no vector,
+the base becomes ``waiting``, and the model is not called again during that
+run; the next run embeds exactly the chunks that lack a vector, then returns
+the base to ``ready``.
 
 One file never stops a run (issue 13): any exception while reading or
 chunking one file (a reader's refusal, an ``OSError``, a parser's
@@ -47,13 +56,17 @@ from .models.embed import Embedder
 from .readers import display_path, kind_of, read_document, time_budget
 from .results import FailedDocument, IndexReport, ReembedReport
 
-__all__ = ["Progress", "index_paths", "embed_missing", "walk_source", "reembed"]
+__all__ = ["Progress", "EmbedProgress", "index_paths", "embed_missing", "walk_source", "reembed"]
 
 log = logging.getLogger(__name__)
 
 #: Called after each document: (documents done, documents in all, chunks written so far).
 Progress = Callable[[int, int, int], None]
 
+#: Called after each batch of phase 2: (chunks embedded so far, chunks to embed in all).
+EmbedProgress = Callable[[int, int], None]
+
+#: Texts per embedding call at most.
 _EMBED_BATCH = 64
 
 
@@ -171,33 +184,38 @@ def _embed(embedder: Embedder, texts: Sequence[str]):
     return out
 
 
-def _vectors_for(run: _Run, embedder: Embedder | None, chunks: Sequence[Chunk], reuse: dict) -> list | None:
-    """Return one vector (or None) per chunk; None for all once the model is down."""
-    texts = [embedding_text(c.title, c.headings, c.text) for c in chunks]
-    vectors: list = [reuse.get(t) for t in texts]
-    missing = [i for i, v in enumerate(vectors) if v is None]
-    if not missing or embedder is None or run.model_down:
-        return vectors
-    try:
-        fresh = _embed(embedder, [texts[i] for i in missing])
-    except EmbeddingModelUnavailable as exc:
-        run.model_down = exc.message
-        run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
-        return vectors
-    for i, v in zip(missing, fresh):
-        vectors[i] = v
-    run.chunks_embedded += len(missing)
-    return vectors
+def _reused_vectors(chunks: Sequence[Chunk], reuse: dict) -> list:
+    """Return per chunk the vector of an unchanged chunk text (`reuse`: embedding text → vector), else None."""
+    return [reuse.get(embedding_text(c.title, c.headings, c.text)) for c in chunks]
 
 
-def embed_missing(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedder, *, batch: int = 256) -> int:
+def embed_missing(
+    pool: ConnectionPool,
+    base: storage.BaseRow,
+    embedder: Embedder,
+    *,
+    batch: int | None = None,
+    on_progress: EmbedProgress | None = None,
+) -> int:
     """Embed every chunk of `base` lacking a vector of its model; return how many.
+
+    Chunks are taken oldest first, `batch` at a time (None: the
+    ``METIS_EMBED_BATCH_CHUNKS`` setting, default 64); each batch's vectors are
+    written (one transaction) before the next is embedded, so an interruption
+    loses at most one batch. `on_progress(chunks embedded, chunks to embed)` is
+    called once before the first batch and after each one; "to embed" grows if
+    another writer adds chunks meanwhile.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
     """
     spec = BaseSpec.from_json(base.spec)
+    batch = Settings.from_env().embed_batch_chunks if batch is None else batch
     done = 0
+    with pool.connection() as conn:
+        todo = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+    if on_progress and todo:
+        on_progress(0, todo)
     while True:
         with pool.connection() as conn:
             rows = storage.chunks_without_vector(conn, base.base_id, spec.fingerprint, batch)
@@ -209,6 +227,8 @@ def embed_missing(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedde
                 conn, base.base_id, spec.fingerprint, [(r[0], r[1], v) for r, v in zip(rows, vectors)]
             )
         done += len(rows)
+        if on_progress:
+            on_progress(done, max(todo, done))
 
 
 def _source_of(
@@ -249,8 +269,14 @@ def index_paths(
     on_progress: Progress | None = None,
     batch_documents: int = 100,
     file_time_budget_s: float | None = None,
+    on_embed_progress: EmbedProgress | None = None,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
+
+    Phase 1 writes the words of every new or changed document (searchable by
+    keyword batch by batch), phase 2 then embeds every chunk of the base without
+    a vector (module docstring). The base shows ``indexing`` throughout, then
+    ``ready``, or ``waiting`` when the model did not answer.
 
     A folder is a source (named after it unless `source_name`); its documents that
     are gone from it are deleted, except those under a folder that could not be
@@ -259,6 +285,8 @@ def index_paths(
     `batch_documents` (see :class:`_Batch`).
 
     Args:
+        on_progress: phase 1, after each file: (documents done, documents in all, chunks written).
+        on_embed_progress: phase 2, after each batch of vectors: (chunks embedded, chunks to embed).
         file_time_budget_s: seconds the reading and chunking of one file may take
             before it is skipped ("took longer than 60 s to read: skipped"); None:
             the ``METIS_FILE_TIME_BUDGET_S`` setting (default 60). The bound is
@@ -297,13 +325,8 @@ def index_paths(
             storage.ensure_source(conn, base.base_id, name, display_path(str(root))) for name, root, _, _ in plans
         ]
         storage.set_status(conn, base.base_id, "indexing")
-    if embedder is not None:
-        try:
-            run.chunks_embedded += embed_missing(pool, base, embedder)
-        except EmbeddingModelUnavailable as exc:
-            run.model_down = exc.message
-            run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
 
+    # Phase 1 (words): no call to the embedding model.
     done = 0
     for (name, root, files, deletes), source_id in zip(plans, source_ids):
         with pool.connection() as conn:
@@ -317,7 +340,7 @@ def index_paths(
                                                       f" is indexed under the same name {rel!r}: skipped"))
             else:
                 seen.add(rel)
-                pending = _read_file(pool, spec, embedder, run, path, rel, known.get(rel), budget)
+                pending = _read_file(pool, spec, run, path, rel, known.get(rel), budget)
                 if pending is not None:
                     batch.add(pending)
             batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
@@ -349,6 +372,14 @@ def index_paths(
                 + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
             )
 
+    # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
+    if embedder is not None:
+        try:
+            run.chunks_embedded += embed_missing(pool, base, embedder, on_progress=on_embed_progress)
+        except EmbeddingModelUnavailable as exc:
+            run.model_down = exc.message
+            run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
+
     with pool.connection() as conn:
         missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
         status = "waiting" if missing else "ready"
@@ -370,11 +401,11 @@ _BATCH_SECONDS = 1.0
 
 
 class _Batch:
-    """Documents read and embedded, waiting to be written in one transaction.
+    """Documents read, waiting to be written in one transaction.
 
     Writing many small documents at once costs one update of the base's BM25
     statistics instead of one per document (docs/performance.md). A document is
-    searchable at most about a second after it was read and embedded, and a process
+    searchable by its words at most about a second after it was read, and a process
     killed before :meth:`write` loses only the unwritten batch: the next ``metis index``
     reads those files again, as they are still new or changed.
     """
@@ -420,14 +451,16 @@ class _Batch:
 def _read_file(
     pool: ConnectionPool,
     spec: BaseSpec,
-    embedder: Embedder | None,
     run: _Run,
     path: Path,
     rel: str,
     known: tuple[int, str] | None,
     budget_s: float | None = None,
 ) -> storage.PendingDocument | None:
-    """Read, chunk and embed a new or changed file; None when it is unchanged or unreadable.
+    """Read and chunk a new or changed file; None when it is unchanged or unreadable.
+
+    Its chunks carry the vectors of the chunk texts its indexed version already
+    had, and None for the others (embedded in phase 2).
 
     Any exception while reading or chunking the file, except a database error,
     puts it in ``run.failed`` with a reason naming it (:func:`_failure_reason`);
@@ -462,7 +495,7 @@ def _read_file(
         run.warnings.append(f"{rel}: {w}")
     with pool.connection() as conn:
         reuse = storage.reusable_vectors(conn, known[0], spec.fingerprint) if known else {}
-    vectors = _vectors_for(run, embedder, chunks, reuse)
+    vectors = _reused_vectors(chunks, reuse)
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
     return storage.PendingDocument(meta, chunks, vectors, replaces=known[0] if known else None)
 

@@ -380,14 +380,14 @@ def health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) ->
                 warnings.append(SearchWarning(
                     "NOTHING_INDEXED", f"nothing is indexed yet in {name!r}: index a folder with `metis index`"
                 ))
-        elif h["status"] == "waiting" and mode != "keyword":
+        elif h["status"] in ("waiting", "indexing") and h["chunks_without_vector"] and mode != "keyword":
             missing = h["chunks_without_vector"]
+            why = ("being embedded now" if h["status"] == "indexing"
+                   else "indexed while the embedding model did not answer")
             if missing >= h["chunks"]:
-                text = (f"no chunk of {name!r} has a vector yet (indexed while the embedding model did not "
-                        f"answer): results by keywords")
+                text = f"no chunk of {name!r} has a vector yet ({why}): results by keywords"
             else:
-                text = (f"{missing} chunks of {name!r} have no vector yet (indexed while the embedding model "
-                        f"did not answer): those are found by keywords only")
+                text = f"{missing} chunks of {name!r} have no vector yet ({why}): those are found by keywords only"
             warnings.append(SearchWarning("NO_VECTOR_YET", text))
     return warnings
 

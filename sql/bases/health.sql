@@ -1,6 +1,7 @@
 -- What a search must know of its bases to warn (SPEC F14): cheap, read per search.
 -- Status from the SQL function base_state (migration 0008), as in bases/list.sql; chunks
--- without a vector are counted only for a base whose status is 'waiting'.
+-- without a vector are counted only for a base whose status is 'waiting' or 'indexing' (their
+-- vectors are being embedded, issue 14).
 -- Parameters: %(base_ids)s int[].
 -- Returns: name, status, last_indexed_at, chunks, sources (count), source_names, chunks_without_vector.
 SELECT b.name,
@@ -10,7 +11,7 @@ SELECT b.name,
        (SELECT count(*) FROM sources AS s WHERE s.base_id = b.base_id) AS sources,
        (SELECT coalesce(array_agg(s.name ORDER BY s.name), '{}') FROM sources AS s
          WHERE s.base_id = b.base_id) AS source_names,
-       CASE WHEN st.status = 'waiting'
+       CASE WHEN st.status IN ('waiting', 'indexing')
             THEN chunks_without_vector(b.base_id, (b.spec ->> 'embedding_model') || ':' || (b.spec ->> 'embedding_dim'))
             ELSE 0
        END AS chunks_without_vector
