@@ -170,8 +170,8 @@ class Metis:
         """
         with self.pool.connection() as conn:
             rows = storage.list_bases(conn, name)
-        if not rows:
-            raise BaseNotFound(f"no base named {name!r}")
+            if not rows:
+                raise storage.base_not_found(conn, name)
         return _base_info(rows[0])
 
     def list_bases(self) -> list[BaseInfo]:

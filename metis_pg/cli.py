@@ -76,6 +76,22 @@ logging.getLogger("metis_pg.indexing").addHandler(logging.NullHandler())
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out.print(f"metis_pg {version('metis_pg')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _metis(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print the version of metis_pg and exit.")] = False,
+) -> None:
+    """Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF)."""
+
+
 def _open(dsn: str | None, *, upgrade: bool = False) -> "Metis":
     from .api import connect  # imported here: `metis --help` needs none of it
 

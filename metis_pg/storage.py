@@ -243,13 +243,26 @@ def get_base(conn: psycopg.Connection, name: str) -> BaseRow:
         BaseNotFound: no base has this name.
     """
     if not isinstance(name, str) or "\x00" in name:  # no base name holds NUL (the CHECK on bases.name)
-        raise BaseNotFound(f"no base named {name!r}")
+        raise base_not_found(conn, name)
     row = conn.execute(
         "SELECT base_id, name, kind, spec, status FROM bases WHERE name = %s", (name,)
     ).fetchone()
     if row is None:
-        raise BaseNotFound(f"no base named {name!r}")
+        raise base_not_found(conn, name)
     return BaseRow(*row)
+
+
+#: Base names a BASE_NOT_FOUND message lists at most.
+_NAMES_LISTED = 20
+
+
+def base_not_found(conn: psycopg.Connection, name: object) -> BaseNotFound:
+    """Return the error for a missing base, naming the bases that exist (a typo is then plain to see)."""
+    names = [r[0] for r in conn.execute("SELECT name FROM bases ORDER BY name LIMIT %s", (_NAMES_LISTED + 1,))]
+    if not names:
+        return BaseNotFound(f"no base named {name!r}: there is no base yet (metis index FOLDER --base NAME makes one)")
+    listed = ", ".join(names[:_NAMES_LISTED]) + (", …" if len(names) > _NAMES_LISTED else "")
+    return BaseNotFound(f"no base named {name!r} (bases: {listed})")
 
 
 def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:

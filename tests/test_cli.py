@@ -131,14 +131,18 @@ def test_invalid_search_input_exits_2(dsn, metis, base_name, args, code, error_c
     assert one_error_line(human.stderr) == f"error [{error_code}]: {error['message']}"
 
 
-def test_unknown_base_exits_4(dsn):
+def test_unknown_base_exits_4_and_names_the_bases_that_exist(dsn, base_name):
+    assert run_cli("base", "create", base_name, "--dsn", dsn).code == 0
     human = run_cli("search", "no-such-base", "router", "--dsn", dsn)
     assert human.code == 4
-    assert one_error_line(human.stderr) == "error [BASE_NOT_FOUND]: no base named 'no-such-base'"
+    line = one_error_line(human.stderr)
+    assert line.startswith("error [BASE_NOT_FOUND]: no base named 'no-such-base' (bases: ") and base_name in line
     as_json = run_cli("search", "no-such-base", "router", "--json", "--dsn", dsn)
     assert as_json.code == 4
-    assert as_json.json() == {"error": {"code": "BASE_NOT_FOUND", "message": "no base named 'no-such-base'"}}
-    assert run_cli("status", "no-such-base", "--dsn", dsn).code == 4
+    error = as_json.json()["error"]
+    assert error["code"] == "BASE_NOT_FOUND" and error["message"] == line.split(": ", 1)[1]
+    status = run_cli("status", "no-such-base", "--dsn", dsn)
+    assert status.code == 4 and base_name in status.stderr
 
 
 def test_indexing_a_missing_folder_exits_2(dsn, base_name, tmp_path):
@@ -260,3 +264,10 @@ def test_ctrl_c_exits_130_and_says_what_to_do(dsn, base_name, tmp_path, monkeypa
     result = run_cli("index", str(folder), "--base", base_name, "--dsn", dsn)
     assert result.code == 130
     assert "interrupted" in result.stderr and "metis index" in result.stderr
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    result = run_cli("--version")
+    assert result.code == 0 and result.stdout.strip() == f"metis_pg {version('metis_pg')}"
