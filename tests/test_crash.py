@@ -80,6 +80,18 @@ def assert_same_as_a_clean_index(metis, base: str, folder: Path) -> None:
         metis.drop_base(clean)
 
 
+def sessions_gone(conn) -> bool:
+    """Whether every database session of the killed indexer has ended.
+
+    Its lock session can end before another of its sessions finishes a COMMIT the
+    server had already received: the state is read once all of them are gone.
+    """
+    return conn.execute(
+        "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name IN (%s, 'metis indexer')",
+        (APPLICATION,),
+    ).fetchone()[0]
+
+
 def writing(conn) -> bool:
     """Whether a session of the indexer is in a transaction that has written (has a transaction id)."""
     return conn.execute(
@@ -136,17 +148,24 @@ def test_sigkill_during_indexing_then_reindex_matches_a_clean_index(metis, base_
                 delay_s = rng.uniform(0.0, 0.5)  # somewhere in the next document's read, embed or write
                 time.sleep(delay_s)
             else:
+                # Phase 2 writes a few vectors per transaction (milliseconds between seconds of
+                # embedding): poll without sleeping. If the run ends first, this kill found nothing
+                # left to interrupt (test_sigkill_inside_a_batch_of_documents kills inside a write too).
                 started = time.monotonic()
-                while not writing(watcher):
+                while not (in_write := writing(watcher)) and proc.poll() is None:
                     assert time.monotonic() - started < 120, "the indexer never wrote"
-                    time.sleep(0.002)
-                delay_s, in_write = time.monotonic() - started, True
+                delay_s = time.monotonic() - started
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+        if proc.returncode == 0:  # the run ended before the kill: nothing was interrupted
+            runs.append({"kill": kill, "when": when, "finished_before_the_kill": True})
+            committed = work(metis, base_name)
+            break
         assert proc.returncode == -signal.SIGKILL
         # The dead process's connection and lock go away; the base is no longer 'indexing'.
         wait_for(lambda: metis.base(base_name).status != "indexing", 30, "the killed indexer's lock to go")
+        wait_for(lambda: sessions_gone(watcher), 30, "the killed indexer's sessions to end")
         info = metis.base(base_name)
         state = bm25_state(metis, base_name)
         assert state["documents"] == state["chunks"] and state["embeddings"] <= state["chunks"]
@@ -201,6 +220,8 @@ def test_sigkill_inside_a_batch_of_documents_loses_only_that_batch(metis, base_n
         proc.wait()
         watcher.close()
     wait_for(lambda: metis.base(base_name).status != "indexing", 30, "the killed indexer's lock to go")
+    with psycopg.connect(metis.dsn, autocommit=True) as after:
+        wait_for(lambda: sessions_gone(after), 30, "the killed indexer's sessions to end")
     state = bm25_state(metis, base_name)  # consistent: statistics equal a recount of the postings
     assert state["documents"] == state["chunks"] and state["embeddings"] < DOCUMENTS  # words or vectors were cut
 
