@@ -380,7 +380,11 @@ def test_a_killed_embedded_postmaster_is_restarted_by_the_next_checkout(own_serv
     try:
         assert outsider.search(own_base, "lantern", mode="keyword").results
         before = postmaster_pid(pgdata)
+        backends = psutil.Process(before).children()
         os.kill(before, signal.SIGKILL)
+        # A backend answers until it notices its postmaster died: wait until every one has gone.
+        _, alive = psutil.wait_procs(backends, timeout=20)
+        assert not alive, f"backends still running 20 s after their postmaster was killed: {alive}"
 
         started = time.monotonic()
         with pytest.raises(metis_pg.DatabaseUnavailable, match=r"the database is unavailable: "):
