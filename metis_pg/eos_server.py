@@ -57,9 +57,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from .config import Settings
-from .errors import ConfigError, MetisError
+from .errors import MetisError
 from .models.embed import Embedder, LocalE5Embedder
-from .service.settings import MIN_TOKEN_CHARS, is_loopback, parse_tokens
+from .service.settings import MIN_TOKEN_CHARS, check_bind, parse_tokens
 
 __all__ = [
     "create_app",
@@ -479,8 +479,4 @@ def check_eos_bind(host: str, tokens: Sequence[str]) -> None:
     Raises:
         ConfigError: `host` is not a loopback address and no token is configured.
     """
-    if not tokens and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to listen on {host!r} without a token: anyone who reaches it could use the model "
-            "(and its CPU). Set METIS_EOS_TOKENS (comma-separated, 16+ characters each) or bind 127.0.0.1"
-        )
+    check_bind(host, tokens, variable="METIS_EOS_TOKENS", risk="use the model (and its CPU)")

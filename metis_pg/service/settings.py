@@ -138,14 +138,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, tokens: Sequence[str]) -> None:
+def check_bind(host: str, tokens: Sequence[str], *, variable: str = "METIS_API_TOKENS",
+               risk: str = "read and drop every base") -> None:
     """Refuse to serve beyond loopback without a token.
+
+    Args:
+        variable: the environment variable holding the tokens, named in the error.
+        risk: what anyone who reaches the server could do, named in the error.
 
     Raises:
         ConfigError: `host` is not a loopback address and no token is configured.
     """
     if not tokens and not is_loopback(host):
         raise ConfigError(
-            f"refusing to listen on {host!r} without a token: anyone who reaches it could read and drop "
-            "every base. Set METIS_API_TOKENS (comma-separated, 16+ characters each) or bind 127.0.0.1"
+            f"refusing to listen on {host!r} without a token: anyone who reaches it could {risk}. "
+            f"Set {variable} (comma-separated, 16+ characters each) or bind 127.0.0.1"
         )
