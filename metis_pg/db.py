@@ -324,6 +324,20 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
+#: Server errors whose cause needs no detail of the error, in the words the user reads.
+_FIXED_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (pg_errors.ReadOnlySqlTransaction, "the database is read-only (a standby, or default_transaction_read_only is on)"),
+    (pg_errors.AdminShutdown,
+     "the server closed the connection: it is shutting down or an administrator ended the session"),
+    (pg_errors.CrashShutdown, "the server closed the connection: it is restarting after a crash"),
+    (pg_errors.CannotConnectNow, "the server is starting up or shutting down"),
+    (pg_errors.TooManyConnections, "the server has no free connection slot (max_connections)"),
+    (pg_errors.OutOfMemory, "the server is out of memory"),
+    (pg_errors.DeadlockDetected, "a deadlock with another session"),
+    (pg_errors.IdleInTransactionSessionTimeout, "the server closed the connection (idle in transaction too long)"),
+)
+
+
 def cause_of(exc: BaseException, settings: Settings | None = None) -> str:
     """Return what a database error means for the user, in a few words (no traceback)."""
     settings = settings or Settings.from_env()
@@ -339,22 +353,9 @@ def cause_of(exc: BaseException, settings: Settings | None = None) -> str:
     if isinstance(exc, pg_errors.LockNotAvailable):
         return (f"a lock held by another session was not granted within {_seconds(settings.lock_timeout_s)}"
                 " (setting lock_timeout_s)")
-    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
-        return "the database is read-only (a standby, or default_transaction_read_only is on)"
-    if isinstance(exc, pg_errors.AdminShutdown):
-        return "the server closed the connection: it is shutting down or an administrator ended the session"
-    if isinstance(exc, pg_errors.CrashShutdown):
-        return "the server closed the connection: it is restarting after a crash"
-    if isinstance(exc, pg_errors.CannotConnectNow):
-        return "the server is starting up or shutting down"
-    if isinstance(exc, pg_errors.TooManyConnections):
-        return "the server has no free connection slot (max_connections)"
-    if isinstance(exc, pg_errors.OutOfMemory):
-        return "the server is out of memory"
-    if isinstance(exc, pg_errors.DeadlockDetected):
-        return "a deadlock with another session"
-    if isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
-        return "the server closed the connection (idle in transaction too long)"
+    for error, cause in _FIXED_CAUSES:
+        if isinstance(exc, error):
+            return cause
     if any(s in low for s in ("server closed the connection", "terminating connection", "connection is closed",
                               "connection is lost", "consuming input failed", "server conn crashed",
                               "eof detected", "connection reset")):
