@@ -107,8 +107,10 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def index(
-    paths: Annotated[list[Path], typer.Argument(help="Folders (each a source) or files.")],
-    base: Annotated[str, typer.Option("--base", "-b", help="Base name (created with defaults if missing).")],
+    paths: Annotated[Optional[list[Path]], typer.Argument(
+        help="Folders (each a source) or files. None: every folder source of --base again.")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", "-b", help="Base name (created with defaults if missing).")] = None,
+    all_bases: Annotated[bool, typer.Option("--all", help="Index every folder source of every base again.")] = False,
     source: Annotated[Optional[str], typer.Option("--source", help="Source name (default: the folder's name).")] = None,
     max_file_mb: Annotated[Optional[float], typer.Option(
         "--max-file-mb", min=0.000001, help="Skip files larger than this many MB (default: the base's, 20 MB).")] = None,
@@ -118,49 +120,96 @@ def index(
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Index folders and files into a base, incrementally.
+    """Index folders and files into a base, incrementally; with no path, read every source of the base again.
 
     Example: metis index ./handbook --base docs --max-file-mb 50
+    Example: metis index --base docs      (every folder docs was indexed from: new, changed, deleted files)
+    Example: metis index --all            (every base)
     """
     global _json_mode
     _json_mode = as_json
+    if all_bases and (paths or base):
+        raise InvalidInput("--all reads every source of every base again: give no path and no --base")
+    if not all_bases and base is None:
+        raise InvalidInput("name the base: metis index FOLDER --base NAME (or --base NAME alone to read its "
+                           "sources again, --all for every base)")
+    if source is not None and not paths:
+        raise InvalidInput("--source names the source of the paths given; with no path every source keeps its name")
     max_file_bytes = None if max_file_mb is None else max(1, round(max_file_mb * 1_000_000))
+    options = {"max_file_bytes": max_file_bytes, "batch_documents": batch}
     with _open(dsn) as m:
-        report = _index_with_progress(m, base, paths, source, quiet=as_json, max_file_bytes=max_file_bytes,
-                                      batch_documents=batch)
+        if paths:
+            report = _index_with_progress(m, base, paths, source, quiet=as_json, **options)
+            if as_json:
+                _print_json(report.to_dict())
+            else:
+                _print_report(report)
+            return
+        names = [i.name for i in m.list_bases()] if all_bases else [base]
+        done: list[dict[str, Any]] = []
+        for name in names:
+            if all_bases and not m.sources(name):
+                continue  # a base of notes or facts only: nothing to read again
+            for s, report in _reindex_with_progress(m, name, quiet=as_json, **options):
+                done.append({**report.to_dict(), "source": s.name, "folder": s.root})
+                if not as_json:
+                    out.print(_visible(f"source {s.name} ({s.root})"))
+                    _print_report(report)
     if as_json:
-        _print_json(report.to_dict())
-    else:
-        _print_report(report)
+        _print_json(done)
+    elif not done:
+        out.print("no base has a folder source to index again")
+
+
+def _progress_bars(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]} · {task.fields[rates]}"),
+        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+        console=err, disable=quiet or not err.is_terminal, transient=True,
+    )
+
+
+def _progress_callbacks(bar: Progress) -> dict[str, Any]:
+    """The two callbacks of :meth:`Metis.index`: an "indexing" bar (documents), then "embedding" (chunks)."""
+    task = bar.add_task("indexing", total=None, unit="documents", rates="")
+    started = time.perf_counter()
+    embedding: dict[str, Any] = {}
+
+    def progress(done: int, total: int, chunks: int) -> None:
+        elapsed_s = max(time.perf_counter() - started, 1e-6)
+        rates = f"{chunks} chunks · {done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
+        bar.update(task, completed=done, total=total, rates=rates)
+
+    def embed_progress(done: int, total: int) -> None:
+        if not embedding:
+            embedding["task"] = bar.add_task("embedding", total=total, unit="chunks", rates="")
+            embedding["started"] = time.perf_counter()
+        elapsed_s = max(time.perf_counter() - embedding["started"], 1e-6)
+        bar.update(embedding["task"], completed=done, total=total, rates=f"{done / elapsed_s:.1f} chunks/s")
+
+    return {"on_progress": progress, "on_embed_progress": embed_progress}
 
 
 def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | None, *, quiet: bool,
                          max_file_bytes: int | None = None, batch_documents: int = 100) -> IndexReport:
     """Index with two bars on stderr: "indexing" (documents, words phase), then "embedding" (chunks)."""
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[unit]} · {task.fields[rates]}"),
-        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-        console=err, disable=quiet or not err.is_terminal, transient=True,
-    ) as bar:
-        task = bar.add_task("indexing", total=None, unit="documents", rates="")
-        started = time.perf_counter()
-        embedding: dict[str, Any] = {}
+    with _progress_bars(quiet) as bar:
+        return m.index(base, *paths, source=source, max_file_bytes=max_file_bytes,
+                       batch_documents=batch_documents, **_progress_callbacks(bar))
 
-        def progress(done: int, total: int, chunks: int) -> None:
-            elapsed_s = max(time.perf_counter() - started, 1e-6)
-            rates = f"{chunks} chunks · {done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
-            bar.update(task, completed=done, total=total, rates=rates)
 
-        def embed_progress(done: int, total: int) -> None:
-            if not embedding:
-                embedding["task"] = bar.add_task("embedding", total=total, unit="chunks", rates="")
-                embedding["started"] = time.perf_counter()
-            elapsed_s = max(time.perf_counter() - embedding["started"], 1e-6)
-            bar.update(embedding["task"], completed=done, total=total, rates=f"{done / elapsed_s:.1f} chunks/s")
-
-        return m.index(base, *paths, source=source, on_progress=progress, max_file_bytes=max_file_bytes,
-                       batch_documents=batch_documents, on_embed_progress=embed_progress)
+def _reindex_with_progress(m: Metis, base: str, *, quiet: bool, **options: Any) -> list[tuple[Any, IndexReport]]:
+    """Index every folder source of `base` again, each with its own bars; return (source, report) pairs."""
+    pairs = []
+    found = m.sources(base)
+    if not found:
+        m.reindex(base)  # raises: the base has no folder source
+    for s in found:
+        with _progress_bars(quiet) as bar:
+            reports = m.reindex(base, only=[s.name], **options, **_progress_callbacks(bar))
+        pairs.append((s, reports[0]))
+    return pairs
 
 
 def _print_report(report: IndexReport) -> None:
