@@ -364,6 +364,91 @@ def print_comparison(result) -> None:
     )
 
 
+# -- get, ls -------------------------------------------------------------------
+
+
+@app.command("get")
+def get_command(
+    base: Annotated[str, typer.Argument(help="The base.")],
+    documents: Annotated[list[str], typer.Argument(
+        help="DOCUMENT (its path, as `metis ls` lists it), DOCUMENT:LINE (the chunk a search cites at that line), "
+             "'DOCUMENT p.N' (a PDF page), or a glob such as 'guide/*.md'; several.")],
+    source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    max_bytes: Annotated[Optional[int], typer.Option(
+        "--max-bytes", min=1, help="Print at most this many bytes (UTF-8) of each document's text, and say what "
+                                   "was cut.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print documents of a base as they are indexed (from their chunks), each with its citation.
+
+    Example: metis get docs guide/leave.md:12
+    Example: metis get docs 'guide/*.md' --max-bytes 2000
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        found = m.get(base, *documents, source=source)
+    shown = []
+    for d in found:
+        text = d.text
+        cut = _cut(text, max_bytes)
+        shown.append((d, cut, len(text.encode("utf-8"))))
+    if as_json:
+        _print_json([{**d.to_dict(), "text": cut, "bytes": size, "truncated": len(cut) < len(d.text)}
+                     for d, cut, size in shown])
+        return
+    for i, (d, cut, size) in enumerate(shown):
+        if i:
+            out.print("")
+        first = d.chunks[0] if d.chunks else None
+        heading = " > ".join(first.headings) if first is not None and first.headings and not d.whole else d.info.title
+        part = f"{len(d.chunks)} chunks" if d.whole else f"chunk {first.ordinal + 1} of {d.info.chunks}" if len(
+            d.chunks) == 1 else f"{len(d.chunks)} of {d.info.chunks} chunks"
+        out.print(_visible(f"{d.base} · {d.location()} · {heading}"))
+        out.print(_visible(f"source {d.info.source} · {d.info.kind} · {part} · indexed {d.info.indexed_at[:19]}"))
+        out.print("")
+        out.print(cut)
+        if len(cut) < len(d.text):
+            out.print(f"… cut at {len(cut.encode('utf-8'))} of {size} bytes (--max-bytes)")
+
+
+def _cut(text: str, max_bytes: int | None) -> str:
+    """Return `text` cut to at most `max_bytes` bytes of UTF-8, on a character boundary (None: whole)."""
+    if max_bytes is None:
+        return text
+    data = text.encode("utf-8")
+    return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", errors="ignore")
+
+
+@app.command("ls")
+def ls_command(
+    base: Annotated[str, typer.Argument(help="The base.")],
+    prefix: Annotated[Optional[str], typer.Argument(help="Only paths starting with it, e.g. guide/.")] = None,
+    source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the documents of a base: path, kind, chunks, when indexed, source.
+
+    Example: metis ls docs guide/
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        found = m.documents(base, prefix, source=source)
+    if as_json:
+        _print_json([d.to_dict() for d in found])
+        return
+    if not found:
+        out.print("no documents" + (f" starting with {prefix!r}" if prefix else ""))
+        return
+    width = max(len(_visible(d.document)) for d in found)
+    for d in found:
+        out.print(f"{_visible(d.document):<{width}}  {d.kind:<4}  {d.chunks:>5} chunks  "
+                  f"{d.indexed_at[:19].replace('T', ' ')}  {_visible(d.source)}")
+
+
 # -- eval --------------------------------------------------------------------
 
 

@@ -150,8 +150,8 @@ class DocumentText:
         return "\n\n".join(c.text for c in self.chunks)
 
     def location(self) -> str:
-        """The citation of what is shown: ``document:line``, ``document p.N``, or the document alone."""
-        first = self.chunks[0] if self.chunks else None
+        """The citation of what is shown: the document when whole, else ``document:line`` or ``document p.N``."""
+        first = self.chunks[0] if self.chunks and not self.whole else None
         if first is not None and first.page is not None:
             return f"{self.info.document} p.{first.page}"
         if first is not None and first.line is not None:

@@ -121,3 +121,67 @@ def test_a_failed_index_leaves_no_empty_base(dsn, base_name, tmp_path):
     assert run_cli("base", "create", base_name, "--dsn", dsn).code == 0
     assert run_cli("index", str(tmp_path / "nowhere"), "--base", base_name, "--dsn", dsn).code == 2
     assert base_name in bases(dsn)
+
+
+# -- get and ls ---------------------------------------------------------------------------
+
+
+def test_ls_lists_path_kind_chunks_indexed_at_and_source(dsn, indexed):
+    result = run_cli("ls", indexed, "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[:4] for line in lines] == [["guide/leave.md", "md", "2", "chunks"],
+                                                    ["router.txt", "txt", "1", "chunks"]]
+    assert all(line.endswith("  kb") for line in lines)
+    as_json = run_cli("ls", indexed, "guide/", "--json", "--dsn", dsn).json()
+    assert [(d["document"], d["kind"], d["chunks"], d["source"]) for d in as_json] == [("guide/leave.md", "md", 2, "kb")]
+    assert as_json[0]["indexed_at"][:4].isdigit() and as_json[0]["size_bytes"] == len(LEAVE.encode())
+    none = run_cli("ls", indexed, "nothing/", "--dsn", dsn)
+    assert none.code == 0 and none.stdout.strip() == "no documents starting with 'nothing/'"
+
+
+def test_get_prints_a_document_and_the_chunk_a_search_cites(dsn, metis, indexed):
+    whole = run_cli("get", indexed, "guide/leave.md", "--dsn", dsn)
+    assert whole.code == 0, whole.stderr
+    lines = whole.stdout.splitlines()
+    assert lines[0] == f"{indexed} · guide/leave.md · Handbook"
+    assert lines[1].startswith("source kb · md · 2 chunks · indexed ")
+    assert "Full-time staff get 25 days" in whole.stdout and "Keep every receipt" in whole.stdout
+
+    cited = metis.search(indexed, "paid vacation days", top_k=1).results[0].citation
+    assert cited.document == "guide/leave.md"
+    at_line = run_cli("get", indexed, cited.location(), "--json", "--dsn", dsn)
+    assert at_line.code == 0, at_line.stderr
+    [doc] = at_line.json()
+    assert doc["citation"] == cited.location() and doc["whole"] is False
+    assert "25 days of paid vacation" in doc["text"] and "receipt" not in doc["text"]
+    assert doc["chunks"][0]["headings"][-1] == "Vacation"
+    # A line inside the chunk gives the same chunk.
+    inside = run_cli("get", indexed, f"guide/leave.md:{cited.line + 1}", "--json", "--dsn", dsn).json()
+    assert inside[0]["chunks"] == doc["chunks"]
+    human = run_cli("get", indexed, cited.location(), "--dsn", dsn)
+    assert human.stdout.splitlines()[0] == f"{indexed} · {cited.location()} · Handbook > Leave policy > Vacation"
+    assert human.stdout.splitlines()[1].startswith("source kb · md · chunk 1 of 2 · ")
+
+
+def test_get_several_documents_a_glob_and_max_bytes(dsn, indexed):
+    result = run_cli("get", indexed, "*.txt", "guide/*", "--json", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    assert [d["document"] for d in result.json()] == ["router.txt", "guide/leave.md"]
+    cut = run_cli("get", indexed, "router.txt", "--max-bytes", "9", "--dsn", dsn)
+    assert cut.code == 0
+    assert "\nReset the\n" in cut.stdout
+    assert cut.stdout.rstrip().endswith(f"… cut at 9 of {len(ROUTER)} bytes (--max-bytes)")
+    cut_json = run_cli("get", indexed, "router.txt", "--max-bytes", "9", "--json", "--dsn", dsn).json()[0]
+    assert (cut_json["text"], cut_json["truncated"], cut_json["bytes"]) == ("Reset the", True, len(ROUTER))
+
+
+def test_get_an_unknown_document_names_close_ones_and_exits_4(dsn, indexed):
+    result = run_cli("get", indexed, "guide/leav.md", "--dsn", dsn)
+    assert result.code == 4
+    assert result.stderr.strip() == (f"error [NOT_FOUND]: no document of base {indexed!r} is 'guide/leav.md' "
+                                     "(close: guide/leave.md)")
+    glob = run_cli("get", indexed, "*.pdf", "--json", "--dsn", dsn)
+    assert glob.code == 4 and glob.json()["error"]["code"] == "NOT_FOUND"
+    line = run_cli("get", indexed, "router.txt:p2", "--dsn", dsn)
+    assert line.code == 4 and "router.txt has no page 2 that was indexed (1 chunks, lines 1-1)" in line.stderr
