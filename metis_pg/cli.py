@@ -63,6 +63,24 @@ def _visible(text: str) -> str:
 DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABASE_URL",
                                                   help="PostgreSQL URL; default: the embedded server.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonlOption = Annotated[bool, typer.Option("--jsonl", help="Print one JSON object per line (per result, per document).")]
+CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with a header row.")]
+MdOption = Annotated[bool, typer.Option("--md", help="Print Markdown: a list of cited passages (documents) to paste.")]
+FilesOption = Annotated[bool, typer.Option("--files", help="Print document paths only, one per line, each once.")]
+
+
+def _format(**flags: bool) -> str:
+    """Return the output format the flags ask for (``text`` when none).
+
+    Raises:
+        InvalidInput: more than one format flag.
+    """
+    global _json_mode
+    chosen = [name for name, on in flags.items() if on]
+    _json_mode = bool(chosen) and chosen[0] in ("json", "jsonl")
+    if len(chosen) > 1:
+        raise InvalidInput("choose one output format: " + " or ".join(f"--{c}" for c in chosen))
+    return chosen[0] if chosen else "text"
 
 _json_mode = False
 
@@ -231,7 +249,7 @@ def _print_report(report: IndexReport) -> None:
 def search(
     bases: Annotated[str, typer.Argument(help="Base name, or several separated by commas.")],
     question: Annotated[str, typer.Argument(help="The question.")],
-    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid, dense or keyword.")] = "hybrid",
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="hybrid (default), dense or keyword.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="Number of results (1-100).")] = 10,
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Skip the reranker.")] = False,
     prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
@@ -244,34 +262,57 @@ def search(
                           "(default: the base's, 1:1 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {_SPEC.rrf_k} unless set at creation).")] = None,
+    min_score: Annotated[Optional[float], typer.Option(
+        "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
+                            "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
+    as_jsonl: JsonlOption = False,
+    as_csv: CsvOption = False,
+    as_md: MdOption = False,
+    as_files: FilesOption = False,
 ) -> None:
     """Search one or several bases; print cited passages with their scores.
 
     Example: metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
+    Example: metis search docs "vacation" --md --min-score 0.02   (cited passages to paste)
     """
-    global _json_mode
-    _json_mode = as_json
+    from .formats import cut_below, search_output
+
+    fmt = _format(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
     names = [b.strip() for b in bases.split(",") if b.strip()]
     fusion = _fusion_option(weights, rrf_k)
     if compare:
+        if mode is not None:
+            raise InvalidInput(f"--compare asks all three modes (hybrid, dense, keyword): drop --mode {mode}")
+        if fmt not in ("text", "json"):
+            raise InvalidInput(f"--compare prints a table or --json, not --{fmt}")
+        if min_score is not None:
+            raise InvalidInput("--compare shows every passage of every mode: drop --min-score")
         with _open(dsn) as m:
             result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
                                filters={k: v for k, v in filters.items() if v}, fusion=fusion)
-        if as_json:
+        if fmt == "json":
             _print_json(result.to_dict())
         else:
             print_comparison(result)
         return
     with _open(dsn) as m:
-        answer = m.search(names, question, mode=mode, top_k=top_k, rerank=False if no_rerank else None,
+        answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
                           filters={k: v for k, v in filters.items() if v}, fusion=fusion)
-    if as_json:
-        _print_json(answer.to_dict())
-    else:
+    answer, dropped = cut_below(answer, min_score)
+    if fmt == "text":
         print_answer(answer)
+        if dropped:
+            out.print(f"[dim]{dropped} results scored below --min-score {min_score:g} left out[/]", markup=True)
+        return
+    if fmt != "json":  # the other formats have no place for them: stderr, stdout stays a clean list
+        for w in answer.warnings:
+            err.print(f"warning: {w.message}")
+    if dropped:
+        err.print(f"{dropped} results scored below --min-score {min_score:g} left out")
+    sys.stdout.write(search_output(answer, fmt))
 
 
 def _fusion_option(weights: str | None, rrf_k: int | None) -> dict[str, Any] | None:
@@ -428,17 +469,23 @@ def ls_command(
     source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
+    as_jsonl: JsonlOption = False,
+    as_csv: CsvOption = False,
+    as_md: MdOption = False,
+    as_files: FilesOption = False,
 ) -> None:
     """List the documents of a base: path, kind, chunks, when indexed, source.
 
     Example: metis ls docs guide/
+    Example: metis ls docs --files | grep -c .pdf
     """
-    global _json_mode
-    _json_mode = as_json
+    from .formats import documents_output
+
+    fmt = _format(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     with _open(dsn) as m:
         found = m.documents(base, prefix, source=source)
-    if as_json:
-        _print_json([d.to_dict() for d in found])
+    if fmt != "text":
+        sys.stdout.write(documents_output(found, fmt))
         return
     if not found:
         out.print("no documents" + (f" starting with {prefix!r}" if prefix else ""))

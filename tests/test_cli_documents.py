@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -185,3 +186,91 @@ def test_get_an_unknown_document_names_close_ones_and_exits_4(dsn, indexed):
     assert glob.code == 4 and glob.json()["error"]["code"] == "NOT_FOUND"
     line = run_cli("get", indexed, "router.txt:p2", "--dsn", dsn)
     assert line.code == 4 and "router.txt has no page 2 that was indexed (1 chunks, lines 1-1)" in line.stderr
+
+
+# -- output formats, --min-score, questions with no word ---------------------------------
+
+
+def test_search_jsonl_csv_md_and_files(dsn, metis, indexed):
+    want = metis.search(indexed, "paid vacation days", top_k=3)
+    args = ("search", indexed, "paid vacation days", "--top-k", "3", "--dsn", dsn)
+
+    jsonl = run_cli(*args, "--jsonl")
+    assert jsonl.code == 0, jsonl.stderr
+    rows = [json.loads(line) for line in jsonl.stdout.splitlines()]
+    assert [r["rank"] for r in rows] == [1, 2, 3]
+    assert [r["chunk_id"] for r in rows] == [r.chunk_id for r in want.results]
+    assert rows[0]["citation"] == want.results[0].citation.to_dict()
+
+    as_csv = run_cli(*args, "--csv")
+    assert as_csv.code == 0, as_csv.stderr
+    table = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert [(t["rank"], t["document"], t["line"]) for t in table] == [
+        (str(i), r.citation.document, str(r.citation.line or "")) for i, r in enumerate(want.results, start=1)]
+    assert table[0]["headings"] == " > ".join(want.results[0].citation.headings)
+    assert float(table[0]["fused"]) == pytest.approx(want.results[0].scores.fused)
+
+    md = run_cli(*args, "--md")
+    assert md.code == 0, md.stderr
+    first = want.results[0]
+    assert md.stdout.startswith(f"1. **{first.citation.location()}** — Handbook > Leave policy > Vacation (score ")
+    assert "   > Full-time staff get 25 days of paid vacation per calendar year." in md.stdout
+
+    files = run_cli(*args, "--files")
+    assert files.code == 0, files.stderr
+    assert files.stdout.splitlines() == list(dict.fromkeys(r.citation.document for r in want.results))
+
+    both = run_cli(*args, "--csv", "--md")
+    assert both.code == 2 and "choose one output format: --csv or --md" in both.stderr
+
+
+def test_ls_formats(dsn, indexed):
+    files = run_cli("ls", indexed, "--files", "--dsn", dsn)
+    assert files.stdout == "guide/leave.md\nrouter.txt\n"
+    jsonl = [json.loads(line) for line in run_cli("ls", indexed, "--jsonl", "--dsn", dsn).stdout.splitlines()]
+    assert [d["document"] for d in jsonl] == ["guide/leave.md", "router.txt"]
+    table = list(csv.DictReader(io.StringIO(run_cli("ls", indexed, "--csv", "--dsn", dsn).stdout)))
+    assert [(t["document"], t["kind"], t["chunks"]) for t in table] == [("guide/leave.md", "md", "2"),
+                                                                         ("router.txt", "txt", "1")]
+    md = run_cli("ls", indexed, "--md", "--dsn", dsn).stdout.splitlines()
+    assert md[1].startswith("- `router.txt` — Reset the router using the red button for ten seconds. (txt, 1 chunks, source kb, indexed ")
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword", "dense"])
+def test_min_score_cuts_on_the_score_that_orders_the_mode(dsn, metis, indexed, mode):
+    answer = metis.search(indexed, "vacation receipts router", mode=mode, top_k=3)
+    leg = {"hybrid": "fused", "keyword": "keyword", "dense": "dense"}[mode]
+    scores = [r.scores.to_dict()[leg] for r in answer.results]
+    assert len(scores) >= 2 and scores[0] > scores[-1]
+    threshold = (scores[0] + scores[1]) / 2  # keeps the first only
+    result = run_cli("search", indexed, "vacation receipts router", "--mode", mode, "--top-k", "3",
+                     "--min-score", repr(threshold), "--json", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    assert [r["chunk_id"] for r in result.json()["results"]] == [answer.results[0].chunk_id]
+    assert f"{len(scores) - 1} results scored below --min-score" in result.stderr
+    human = run_cli("search", indexed, "vacation receipts router", "--mode", mode, "--top-k", "3",
+                    "--min-score", repr(threshold), "--dsn", dsn)
+    assert re.findall(r"^\d+\. ", human.stdout, re.MULTILINE) == ["1. "]
+
+
+@pytest.mark.parametrize("question", ["?!", "...", " --- ", "¿?"])
+def test_a_question_with_no_word_warns_and_finds_nothing(dsn, indexed, question):
+    result = run_cli("search", indexed, question, "--json", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    data = result.json()
+    assert data["results"] == []
+    assert [w["code"] for w in data["warnings"]] == ["NO_WORDS"]
+    human = run_cli("search", indexed, question, "--dsn", dsn)
+    assert human.stdout.splitlines()[:2] == [f"warning: {data['warnings'][0]['message']}", "no results"]
+    # A question with one word is searched as usual.
+    assert run_cli("search", indexed, "router?", "--json", "--dsn", dsn).json()["results"]
+
+
+def test_compare_with_mode_is_refused(dsn, indexed):
+    for mode in ("dense", "hybrid"):
+        result = run_cli("search", indexed, "vacation", "--compare", "--mode", mode, "--dsn", dsn)
+        assert result.code == 2
+        assert result.stderr.strip() == (f"error [INVALID_REQUEST]: --compare asks all three modes "
+                                         f"(hybrid, dense, keyword): drop --mode {mode}")
+    assert run_cli("search", indexed, "vacation", "--compare", "--csv", "--dsn", dsn).code == 2
+    assert run_cli("search", indexed, "vacation", "--compare", "--dsn", dsn).code == 0
