@@ -1,7 +1,8 @@
 """The ``metis`` command (SPEC F18): parses, calls :mod:`metis_pg.api`, prints.
 
 Exit codes: 0 ok, 1 a bug (with traceback), 2 invalid input, 3 a model did not
-answer (``mode dense``), 4 base not found, 5 database unavailable. Errors are one
+answer (``mode dense``), 4 base (or document) not found, 5 database unavailable,
+6 base busy, 7 port in use (``serve``), 130 interrupted. Errors are one
 line ``error [CODE]: message`` on stderr, or with ``--json`` the object
 ``{"error": {"code", "message"}}`` on stdout.
 """
@@ -37,11 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["app", "main"]
 
+# Plain (click) help, not rich panels: flags show as flags (rich help printed `--json <bool>`), and
+# docs/cli.md is that text. --install-completion / --show-completion come from Typer (bash, zsh, fish).
 app = typer.Typer(help="Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF).",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True)
+                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None)
+base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True, rich_markup_mode=None)
+db_app = typer.Typer(help="The database: schema (Alembic migrations), the embedded server.", no_args_is_help=True,
+                     rich_markup_mode=None)
+eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True,
+                      rich_markup_mode=None)
 app.add_typer(base_app, name="base")
 app.add_typer(db_app, name="db")
 app.add_typer(eos_app, name="eos")
@@ -709,7 +714,8 @@ def reembed(
                   f"{report.vectors_deleted} old vectors deleted · {report.seconds:.1f} s")
 
 
-note_app = typer.Typer(help="A base's own notes: documents of the source metis-<base>.", no_args_is_help=True)
+note_app = typer.Typer(help="A base's own notes: documents of the source metis-<base>.", no_args_is_help=True,
+                       rich_markup_mode=None)
 app.add_typer(note_app, name="note")
 
 
@@ -854,6 +860,57 @@ def db_current(dsn: DsnOption = None) -> None:
     out.print(f"current {migrate.current_revision(resolved)} · head {migrate.head_revision()}")
 
 
+@db_app.command("stop")
+def db_stop(
+    force: Annotated[bool, typer.Option("--force", help="Stop it even while metis processes use it "
+                                                        "(they lose their connections).")] = False,
+) -> None:
+    """Stop the embedded PostgreSQL (in $METIS_HOME/pgdata) if it is running.
+
+    It stops by itself when the last metis process using it exits; one left behind (a
+    killed process, a `metis serve` you stopped with SIGKILL) keeps running until this.
+    The next metis command starts it again.
+    Example: metis db stop
+    """
+    from . import db
+    from .config import Settings
+
+    pgdata = Settings.from_env().pgdata
+    pid = db.stop_embedded(pgdata, force=force)
+    if pid is None:
+        out.print(_visible(f"the embedded PostgreSQL in {pgdata} is not running"))
+    else:
+        out.print(_visible(f"stopped the embedded PostgreSQL in {pgdata} (pid {pid})"))
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind `host`:`port` once, as uvicorn will (SO_REUSEADDR), so a busy port is one line, not a traceback.
+
+    Raises:
+        PortInUse: another process listens there.
+        ConfigError: the address cannot be bound at all (unknown host, a port below 1024 without rights).
+    """
+    import errno
+    import socket
+
+    from .errors import ConfigError, PortInUse
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(f"port {port} on {host} is in use by another process: stop it, or choose another "
+                                f"port with --port") from None
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 @eos_app.command("serve")
 def eos_serve(
     host: Annotated[str, typer.Option(help="Address to bind; beyond loopback METIS_EOS_TOKENS is required.")] = "127.0.0.1",
@@ -866,6 +923,7 @@ def eos_serve(
     """
     from .eos_server import serve
 
+    _check_port(host, port)
     serve(host=host, port=port)
 
 
@@ -884,6 +942,7 @@ def serve_http(
     """
     from .service import serve
 
+    _check_port(host, port)
     serve(dsn=dsn, host=host, port=port)
 
 
