@@ -69,6 +69,7 @@ from .schemas import (
     SearchOut,
 )
 from .settings import Limits, parse_source_roots, parse_tokens
+from . import swagger
 from .sources import resolve_source_path
 
 __all__ = ["create_app"]
@@ -144,8 +145,9 @@ def create_app(
 
     app = FastAPI(
         title="metis_pg", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-        docs_url="/docs", redoc_url=None, openapi_url="/openapi.json",
+        docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
+    swagger.install(app, title="metis_pg")  # /docs with its assets served from a package, not a CDN
     app.state.metis = db
     app.state.jobs = jobs
     app.state.limits = limits
