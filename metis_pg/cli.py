@@ -946,6 +946,18 @@ def serve_http(
     serve(dsn=dsn, host=host, port=port)
 
 
+@app.command("mcp")
+def mcp_command(dsn: DsnOption = None) -> None:
+    """Serve the Model Context Protocol over stdin/stdout, for coding agents (tools search, get, list_bases, status).
+
+    An agent starts it itself: add it to the agent's MCP configuration (README, "For coding agents").
+    Example: metis mcp --dsn postgresql://metis@db/metis
+    """
+    from .mcp_server import serve_stdio
+
+    serve_stdio(dsn)
+
+
 DEMO_QUESTIONS = (
     "how are identifiers like PO-2231 found by keyword search?",
     "what happens when the embedding model does not answer?",
