@@ -34,7 +34,7 @@ from .api import Metis
 from .errors import MetisError
 from .formats import cut_below
 
-__all__ = ["build_server", "serve_stdio", "MAX_LISTED_RESOURCES", "document_uri"]
+__all__ = ["build_server", "serve_stdio", "add_http_routes", "MAX_LISTED_RESOURCES", "document_uri"]
 
 #: Documents ``resources/list`` names at most (the first by base and path); each is readable anyway.
 MAX_LISTED_RESOURCES = 2000
@@ -190,3 +190,21 @@ def serve_stdio(dsn: str | None = None) -> None:
 
     with connect(dsn) as metis:
         build_server(metis).run("stdio")
+
+
+def add_http_routes(app: Any, metis: Metis, *, loopback_only: bool) -> Any:
+    """Add the MCP endpoint ``/mcp`` (streamable HTTP, stateless, JSON answers) to the service's `app`.
+
+    Return the async context manager the app's lifespan must run (the SDK's session manager).
+    The service's gate asks the same bearer tokens at ``/mcp`` as on every route. With no token
+    the service binds loopback only (`loopback_only`): the SDK's DNS-rebinding check then also
+    accepts only loopback ``Host`` and ``Origin`` headers.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    server = build_server(metis)
+    security = None if loopback_only else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    starlette = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                           transport_security=security)
+    app.router.routes.extend(starlette.routes)
+    return server.session_manager.run()

@@ -90,3 +90,31 @@ def test_metis_mcp_lists_tools_searches_and_reads_back_a_citation(dsn, metis, in
             assert "Full-time staff get 25 days" in text and "Keep every receipt" in text
 
     anyio.run(session)
+
+
+def test_metis_serve_answers_mcp_at_slash_mcp_with_its_bearer_tokens(metis, indexed):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from metis_pg import service
+
+    token = "test-token-" + "5" * 24
+    app = service.create_app(metis, tokens=[token])
+
+    async def session(url: str) -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+                assert {"search", "get", "list_bases", "status"} <= {t.name for t in (await client.list_tools()).tools}
+                found = structured(await client.call_tool(
+                    "search", {"question": "paid vacation days", "bases": [indexed], "top_k": 1}))
+                assert found["results"][0]["citation"].startswith("guide/leave.md:")
+
+    with service.running(app) as url:
+        anyio.run(session, url)
+        # The same tokens as every route: none, or another, is 401 before MCP sees the request.
+        import httpx
+
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        for headers in ({}, {"Authorization": "Bearer " + "x" * 40}):
+            refused = httpx.post(f"{url}/mcp", json=body, headers={**headers, "Accept": "application/json"})
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHORIZED"

@@ -69,6 +69,7 @@ from .schemas import (
     SearchOut,
 )
 from .settings import Limits, parse_source_roots, parse_tokens
+from ..mcp_server import add_http_routes
 from . import swagger
 from .sources import resolve_source_path
 
@@ -136,9 +137,12 @@ def create_app(
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
 
+    mcp_routes: list = []  # the MCP endpoint /mcp (metis_pg.mcp_server): its session manager runs with the app
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with mcp_routes[0]:
+            yield
         jobs.close()
         if owned:
             db.close()
@@ -148,6 +152,7 @@ def create_app(
         docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
     swagger.install(app, title="metis_pg")  # /docs with its assets served from a package, not a CDN
+    mcp_routes.append(add_http_routes(app, db, loopback_only=not token_list))
     app.state.metis = db
     app.state.jobs = jobs
     app.state.limits = limits
