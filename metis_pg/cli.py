@@ -145,9 +145,11 @@ def index(
 ) -> None:
     """Index folders and files into a base, incrementally; with no path, read every source of the base again.
 
-    Example: metis index ./handbook --base docs --max-file-mb 50
-    Example: metis index --base docs      (every folder docs was indexed from: new, changed, deleted files)
-    Example: metis index --all            (every base)
+    \b
+    Examples:
+      metis index ./handbook --base docs --max-file-mb 50
+      metis index --base docs     # every folder docs was indexed from: new, changed, deleted files
+      metis index --all           # every base
     """
     global _json_mode
     _json_mode = as_json
@@ -279,8 +281,10 @@ def search(
 ) -> None:
     """Search one or several bases; print cited passages with their scores.
 
-    Example: metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
-    Example: metis search docs "vacation" --md --min-score 0.02   (cited passages to paste)
+    \b
+    Examples:
+      metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
+      metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
     """
     from .formats import cut_below, search_output
 
@@ -428,8 +432,10 @@ def get_command(
 ) -> None:
     """Print documents of a base as they are indexed (from their chunks), each with its citation.
 
-    Example: metis get docs guide/leave.md:12
-    Example: metis get docs 'guide/*.md' --max-bytes 2000
+    \b
+    Examples:
+      metis get docs guide/leave.md:12     # the passage a search cited at line 12
+      metis get docs 'guide/*.md' --max-bytes 2000
     """
     global _json_mode
     _json_mode = as_json
@@ -481,8 +487,10 @@ def ls_command(
 ) -> None:
     """List the documents of a base: path, kind, chunks, when indexed, source.
 
-    Example: metis ls docs guide/
-    Example: metis ls docs --files | grep -c .pdf
+    \b
+    Examples:
+      metis ls docs guide/
+      metis ls docs --files | grep -c '[.]pdf$'
     """
     from .formats import documents_output
 
@@ -694,6 +702,7 @@ def reembed(
 
     New vectors are built beside the old ones and the base switches in one
     transaction; searches meanwhile use the old model, never a mix.
+
     Example: metis reembed docs --model e5-large --url http://127.0.0.1:8081 --dim 1024
     """
     global _json_mode
@@ -870,6 +879,7 @@ def db_stop(
     It stops by itself when the last metis process using it exits; one left behind (a
     killed process, a `metis serve` you stopped with SIGKILL) keeps running until this.
     The next metis command starts it again.
+
     Example: metis db stop
     """
     from . import db
@@ -919,6 +929,7 @@ def eos_serve(
     """Serve the bundled embedding model over HTTP (/v1/embeddings, /embed, /v1/rerank, /rerank).
 
     Its rerank endpoints re-score by embedding cosine: not a cross-encoder.
+
     Example: metis eos serve --port 8081
     """
     from .eos_server import serve
@@ -938,6 +949,7 @@ def serve_http(
     Bearer tokens come from METIS_API_TOKENS (comma-separated); with none, only a
     loopback address may be bound. Indexing reads only under METIS_SOURCE_ROOTS
     (colon-separated folders). OpenAPI at /openapi.json, docs at /docs.
+
     Example: METIS_API_TOKENS=$(openssl rand -hex 24) metis serve --host 0.0.0.0 --port 8080
     """
     from .service import serve
@@ -951,6 +963,7 @@ def mcp_command(dsn: DsnOption = None) -> None:
     """Serve the Model Context Protocol over stdin/stdout, for coding agents (tools search, get, list_bases, status).
 
     An agent starts it itself: add it to the agent's MCP configuration (README, "For coding agents").
+
     Example: metis mcp --dsn postgresql://metis@db/metis
     """
     from .mcp_server import serve_stdio
