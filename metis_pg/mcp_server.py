@@ -195,7 +195,7 @@ def serve_stdio(dsn: str | None = None) -> None:
 def add_http_routes(app: Any, metis: Metis, *, loopback_only: bool) -> Any:
     """Add the MCP endpoint ``/mcp`` (streamable HTTP, stateless, JSON answers) to the service's `app`.
 
-    Return the async context manager the app's lifespan must run (the SDK's session manager).
+    Return the MCP server; the app's lifespan must run ``server.session_manager.run()``.
     The service's gate asks the same bearer tokens at ``/mcp`` as on every route. With no token
     the service binds loopback only (`loopback_only`): the SDK's DNS-rebinding check then also
     accepts only loopback ``Host`` and ``Origin`` headers.
@@ -207,4 +207,4 @@ def add_http_routes(app: Any, metis: Metis, *, loopback_only: bool) -> Any:
     starlette = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                            transport_security=security)
     app.router.routes.extend(starlette.routes)
-    return server.session_manager.run()
+    return server

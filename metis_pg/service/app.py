@@ -69,7 +69,6 @@ from .schemas import (
     SearchOut,
 )
 from .settings import Limits, parse_source_roots, parse_tokens
-from ..mcp_server import add_http_routes
 from . import swagger
 from .sources import resolve_source_path
 
@@ -134,14 +133,14 @@ def create_app(
     )
     allowed_key_envs = parse_key_envs(settings.model_key_envs)
     owned = metis is None
+    from ..mcp_server import add_http_routes  # the MCP SDK, imported when an app is made
+
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
 
-    mcp_routes: list = []  # the MCP endpoint /mcp (metis_pg.mcp_server): its session manager runs with the app
-
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with mcp_routes[0]:
+        async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
             yield
         jobs.close()
         if owned:
@@ -152,7 +151,7 @@ def create_app(
         docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
     swagger.install(app, title="metis_pg")  # /docs with its assets served from a package, not a CDN
-    mcp_routes.append(add_http_routes(app, db, loopback_only=not token_list))
+    app.state.mcp = add_http_routes(app, db, loopback_only=not token_list)  # MCP at /mcp, behind the gate
     app.state.metis = db
     app.state.jobs = jobs
     app.state.limits = limits
