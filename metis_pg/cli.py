@@ -885,10 +885,13 @@ def db_stop(
     from . import db
     from .config import Settings
 
-    pgdata = Settings.from_env().pgdata
+    settings = Settings.from_env()
+    pgdata = settings.pgdata
     pid = db.stop_embedded(pgdata, force=force)
     if pid is None:
-        out.print(_visible(f"the embedded PostgreSQL in {pgdata} is not running"))
+        elsewhere = " (METIS_DATABASE_URL is set: metis uses that server, and never stops it)" \
+            if settings.database_url else ""
+        out.print(_visible(f"the embedded PostgreSQL in {pgdata} is not running{elsewhere}"))
     else:
         out.print(_visible(f"stopped the embedded PostgreSQL in {pgdata} (pid {pid})"))
 
