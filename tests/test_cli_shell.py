@@ -109,6 +109,15 @@ def test_db_stop_stops_the_embedded_server_left_running():
         assert _postmaster(pgdata) is None
         again = db_stop()
         assert again.returncode == 0 and again.stdout.strip().endswith("is not running")
+        # --force stops it under a live user (who loses its connections).
+        holder = subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "up"
+        pid = _postmaster(pgdata)
+        assert pid is not None and db_stop().returncode == 2
+        forced = db_stop("--force")
+        assert forced.returncode == 0, forced.stderr
+        assert forced.stdout.strip() == f"stopped the embedded PostgreSQL in {pgdata.resolve()} (pid {pid})"
+        assert _postmaster(pgdata) is None and holder.poll() is None
     finally:
         if holder.poll() is None:
             holder.kill()

@@ -79,6 +79,9 @@ def test_metis_mcp_lists_tools_searches_and_reads_back_a_citation(dsn, metis, in
             bases = structured(await client.call_tool("list_bases", {}))
             mine = [b for b in bases["bases"] if b["name"] == indexed]
             assert mine and mine[0]["documents"] == 2
+            status = structured(await client.call_tool("status", {"base": indexed}))
+            assert [(b["name"], b["status"], b["chunks_without_vector"]) for b in status["bases"]] == [
+                (indexed, "ready", 0)]
 
             missing = await client.call_tool("search", {"question": "router", "bases": ["no-such-base"]})
             assert missing.is_error and "BASE_NOT_FOUND: no base named 'no-such-base'" in missing.content[0].text
