@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -20,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import ConnectionPool
 
-from . import db, indexing, migrate, notes, retrieval, storage
+from . import db, documents, indexing, migrate, notes, retrieval, storage
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
     BaseNotFound,
     EmbeddingModelUnavailable,
     InvalidInput,
+    MetisError,
 )
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
@@ -247,25 +249,35 @@ class Metis:
                 or `batch_documents`.
         """
         if not paths:
-            raise InvalidInput("give at least one file or folder to index")
+            raise InvalidInput("give at least one file or folder to index (none: `reindex` reads every source again)")
         if max_file_bytes is not None and (not isinstance(max_file_bytes, int) or max_file_bytes < 1):
             raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
         if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
             raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
+        created = False
         try:
             row = self._base_row(base)
         except BaseNotFound:
             self.create_base(base)
             row = self._base_row(base)
-        embedder = self.embedder(BaseSpec.from_json(row.spec))
-        if max_file_bytes is not None:
-            row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
-        with storage.indexer_session(self.pool, row.base_id):
-            return indexing.index_paths(
-                self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
-                batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
-                on_embed_progress=on_embed_progress,
-            )
+            created = True
+        try:
+            embedder = self.embedder(BaseSpec.from_json(row.spec))
+            if max_file_bytes is not None:
+                row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
+            with storage.indexer_session(self.pool, row.base_id):
+                return indexing.index_paths(
+                    self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
+                    batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
+                    on_embed_progress=on_embed_progress,
+                )
+        except MetisError:
+            # A refused run (a missing folder, a reserved source name) that created the base leaves none behind.
+            if created:
+                with contextlib.suppress(MetisError):  # the run's own error is the one to report
+                    if not self.base(base).documents:
+                        self.drop_base(base)
+            raise
 
     def reembed(
         self,
@@ -392,6 +404,76 @@ class Metis:
             return self.embedder(BaseSpec.from_json(row.spec))
         except EmbeddingModelUnavailable:
             return None
+
+    # -- documents: re-index, list, read back (issue 15; metis_pg.documents) ---
+
+    def sources(self, base: str) -> "list[documents.SourceInfo]":
+        """Return the folder sources of `base` by name (name, folder, documents).
+
+        Raises:
+            BaseNotFound: no such base.
+        """
+        return documents.list_sources(self.pool, self._base_row(base))
+
+    def reindex(self, base: str, *, only: Sequence[str] | None = None,
+                on_source: "Callable[[documents.SourceInfo], None] | None" = None,
+                **index_options: Any) -> list[IndexReport]:
+        """Index every folder source of `base` again (``metis index --base B`` with no path); one report each.
+
+        A source whose folder is gone (or unreadable) is not read: its report has no counts and
+        a warning naming the folder, and its documents are kept. `index_options` are those of
+        :meth:`index` (``on_progress``, ``max_file_bytes``, ``batch_documents``, ...);
+        `on_source` is called before each source is read; `only` keeps the sources of these names.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: the base has no folder source (nothing was ever indexed from a folder).
+        """
+        found = [s for s in self.sources(base) if only is None or s.name in only]
+        if not found:
+            raise InvalidInput(f"base {base!r} has no folder to index again: give one (metis index FOLDER --base {base})")
+        reports = []
+        for s in found:
+            if on_source is not None:
+                on_source(s)
+            try:
+                reports.append(self.index(base, s.root, source=s.name, **index_options))
+            except InvalidInput as exc:
+                reports.append(IndexReport(base=base, status=self.base(base).status,
+                                           warnings=(f"source {s.name!r} not read again: {exc.message};"
+                                                     f" its {s.documents} documents are kept",)))
+        return reports
+
+    def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
+                  ) -> "list[documents.DocumentInfo]":
+        """Return the documents of `base` (path, source, kind, chunks, size, indexed at), by path.
+
+        Args:
+            prefix: keep paths starting with it. source: keep this source's documents.
+
+        Raises:
+            BaseNotFound: no such base.
+        """
+        return documents.list_documents(self.pool, self._base_row(base), prefix, source)
+
+    def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
+        """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
+        that line), ``path p.N``, or a glob; see :mod:`metis_pg.documents`.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: no target, or a malformed one.
+            NotFound: a target matches no document, or the document has no such line or page.
+        """
+        return documents.get_documents(self.pool, self._base_row(base), targets, source)
+
+    def get_chunk(self, base: str, chunk_id: int) -> "documents.DocumentText":
+        """Read back one chunk of `base` by its id (a search result's ``chunk_id``).
+
+        Raises:
+            BaseNotFound: no such base. NotFound: no such chunk in it.
+        """
+        return documents.get_chunk(self.pool, self._base_row(base), chunk_id)
 
     # -- search ------------------------------------------------------------
 

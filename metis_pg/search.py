@@ -226,6 +226,14 @@ class SearchPipeline:
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
         specs = {r.base_id: request.spec_for(BaseSpec.from_json(r.spec)) for r in rows}
         warnings: list[SearchWarning] = []
+        if not any(ch.isalnum() for ch in request.question):
+            # No letter or digit (only punctuation, symbols): nothing to match; by meaning alone the
+            # answer would be top_k arbitrary passages. Say so instead (issue 15).
+            warnings.append(SearchWarning("NO_WORDS", f"the question {request.question.strip()!r} holds no word, only "
+                                                      "punctuation or symbols: nothing was searched"))
+            return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
+                          fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),
+                          took=Took(total=(time.perf_counter() - started) * 1000))
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
             fetch = 2 * retrieval.leg_limit(top_k)

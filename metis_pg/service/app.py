@@ -69,6 +69,7 @@ from .schemas import (
     SearchOut,
 )
 from .settings import Limits, parse_source_roots, parse_tokens
+from . import swagger
 from .sources import resolve_source_path
 
 __all__ = ["create_app"]
@@ -132,20 +133,25 @@ def create_app(
     )
     allowed_key_envs = parse_key_envs(settings.model_key_envs)
     owned = metis is None
+    from ..mcp_server import add_http_routes  # the MCP SDK, imported when an app is made
+
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
+            yield
         jobs.close()
         if owned:
             db.close()
 
     app = FastAPI(
         title="metis_pg", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-        docs_url="/docs", redoc_url=None, openapi_url="/openapi.json",
+        docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
+    swagger.install(app, title="metis_pg")  # /docs with its assets served from a package, not a CDN
+    app.state.mcp = add_http_routes(app, db, loopback_only=not token_list)  # MCP at /mcp, behind the gate
     app.state.metis = db
     app.state.jobs = jobs
     app.state.limits = limits

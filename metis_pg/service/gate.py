@@ -33,12 +33,13 @@ from ..errors import (
     Unauthorized,
 )
 from .errors import error_response
+from . import swagger
 from .settings import Limits
 
 __all__ = ["Gate", "OPEN_PATHS", "BOUNDED_PATHS"]
 
 #: Paths that answer without a token: liveness and the API's own description.
-OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"}) | swagger.ASSET_PATHS
 #: Paths (POST) whose requests count against ``max_inflight_searches``.
 BOUNDED_PATHS = frozenset({"/search", "/compare"})
 
