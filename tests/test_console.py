@@ -221,11 +221,20 @@ def cell(driver: Any, base: str, column: str) -> str | None:
         "return td ? td.innerText.trim() : null;", base, column)
 
 
-def screenshot(driver: Any, name: str) -> None:
-    if SHOTS:
-        folder = Path(SHOTS)
-        folder.mkdir(parents=True, exist_ok=True)
+def screenshot(driver: Any, name: str, max_height: int = 1500) -> None:
+    """Save the whole page (up to `max_height` px) as `name` under $METIS_CONSOLE_SCREENSHOTS, when it is set."""
+    if not SHOTS:
+        return
+    folder = Path(SHOTS)
+    folder.mkdir(parents=True, exist_ok=True)
+    width, height = driver.get_window_size()["width"], driver.get_window_size()["height"]
+    driver.execute_script("document.activeElement.blur(); window.scrollTo(0, 0)")
+    page = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(max(page + 140, height), max_height))  # + the window's own frame
+    try:
         driver.save_screenshot(str(folder / name))
+    finally:
+        driver.set_window_size(width, height)
 
 
 # -- tests ---------------------------------------------------------------------------------------------
@@ -535,7 +544,7 @@ def test_a_390_px_phone_screen_has_no_sideways_scroll(driver, url, base):
         open_search(driver, url, f"#q=modem+error&base={base}&compare=1")
         width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
         assert width[0] <= width[1], width
-        screenshot(driver, "search-phone.png")
+        screenshot(driver, "search-phone.png", max_height=1900)
         tick(driver, "#compare", on=False)
         ask(driver, "modem error")
         width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")

@@ -23,12 +23,12 @@
       const status = el("span", {class: "status status-" + b.status}, statusLabel(b.status));
       body.append(el("tr", {"data-base": b.name},
         el("th", {scope: "row"}, b.name, b.kind === "memory" ? el("span", {class: "muted"}, " (memory)") : null),
-        el("td", {class: "status-cell"}, status, b.interrupted ? el("span", {class: "muted"}, " (interrupted)") : null),
-        el("td", {class: "num documents"}, String(b.documents)),
-        el("td", {class: "num chunks"}, String(b.chunks)),
-        el("td", {class: "num without"}, String(b.chunks_without_vector)),
-        el("td", {class: "when"}, when(b.last_indexed_at)),
-        el("td", {class: "models"}, models(b.spec || {}))));
+        el("td", {class: "status-cell", "data-label": "Status"}, status, b.interrupted ? el("span", {class: "muted"}, " (interrupted)") : null),
+        el("td", {class: "num documents", "data-label": "Documents"}, String(b.documents)),
+        el("td", {class: "num chunks", "data-label": "Chunks"}, String(b.chunks)),
+        el("td", {class: "num without", "data-label": "Without vectors"}, String(b.chunks_without_vector)),
+        el("td", {class: "when", "data-label": "Last indexed"}, when(b.last_indexed_at)),
+        el("td", {class: "models", "data-label": "Models"}, models(b.spec || {}))));
     }
     $("base-names").replaceChildren(...bases.map((b) => el("option", {value: b.name})));
     const select = $("notes-base");

@@ -213,8 +213,8 @@
     }
   }
 
-  function rankCell(rank) {
-    return el("td", {class: "rank-cell"}, rank === null || rank === undefined ? "—" : "#" + rank);
+  function rankCell(rank, label) {
+    return el("td", {class: "rank-cell", "data-label": label}, rank === null || rank === undefined ? "—" : "#" + rank);
   }
 
   function renderCompare(answer) {
@@ -230,8 +230,8 @@
       body.append(el("tr", {class: "agree-" + p.agreement, "data-chunk": p.chunk_id},
         el("th", {scope: "row"}, el("span", {class: "cite"}, where(p.citation)),
           el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base)),
-        rankCell(p.ranks.hybrid), rankCell(p.ranks.dense), rankCell(p.ranks.keyword),
-        el("td", {class: "why"}, p.why)));
+        rankCell(p.ranks.hybrid, "Both"), rankCell(p.ranks.dense, "Meaning"), rankCell(p.ranks.keyword, "Words"),
+        el("td", {class: "why", "data-label": "Why it came up:"}, p.why)));
     }
     $("compare-wrap").hidden = false;
     if (!answer.passages.length && !answer.warnings.length) {
