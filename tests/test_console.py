@@ -260,6 +260,17 @@ def test_pages_need_no_token_hold_no_inline_script_and_send_a_strict_csp(url):
     assert httpx.post(f"{url}/search", json={"bases": "x", "question": "y"}).status_code == 401
 
 
+def test_without_tokens_the_console_opens_without_a_sign_in(driver, metis, root, base):
+    app = service.create_app(metis, tokens=[], source_roots=[root])
+    with service.running(app) as open_url:
+        driver.get(f"{open_url}/")
+        driver.execute_script("sessionStorage.clear()")
+        driver.get(f"{open_url}/#q=modem&base={base}&mode=keyword")
+        wait(driver, lambda d: cites(d), what="the results")
+        assert not shown(driver, "sign-in") and not shown(driver, "sign-out")
+        assert cites(driver)[0] == "modem.txt:1"
+
+
 def test_a_wrong_token_shows_the_sign_in_again(driver, url, base):
     driver.get(f"{url}/")
     driver.execute_script("sessionStorage.clear()")
@@ -318,6 +329,9 @@ def test_a_question_and_enter_give_cited_results_with_the_scores_line(driver, ur
                         r" · total [\d.]+ ms", took), took
     assert "reranked" in driver.find_element(By.ID, "summary").text
     assert "q=modem+error+E4021" in driver.current_url and f"base={base}" in driver.current_url
+    # The question stays in the fragment: no request the page made carries it (so no access log has it).
+    requested = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert any(r.endswith("/search") for r in requested) and not any("E4021" in r for r in requested), requested
     screenshot(driver, "search.png")
 
     # Rerank cleared: no reranker step, and the URL says so.
@@ -331,9 +345,12 @@ def test_compare_lists_every_passage_with_its_rank_both_meaning_words_and_why(dr
     open_search(driver, url)
     tick(driver, "#compare")
     assert not driver.find_element(By.CSS_SELECTOR, "input[name='mode'][value='dense']").is_enabled()
-    question = "reset the router password"
+    top_k = driver.find_element(By.ID, "top_k")
+    top_k.clear()
+    top_k.send_keys("3")  # fewer than the passages: some are found by one mode only
+    question = "help desk staff vacation"
     ask(driver, question, bases=[base])
-    want = metis.compare(base, question).to_dict()
+    want = metis.compare(base, question, top_k=3).to_dict()
     heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#compare-table thead th")]
     assert heads == ["Passage", "Both", "Meaning", "Words", "Why it came up"]
     rows = driver.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr")
@@ -348,6 +365,7 @@ def test_compare_lists_every_passage_with_its_rank_both_meaning_words_and_why(dr
                     rank(p["ranks"]["keyword"]), p["why"]] for p in want["passages"]]
     whys = " ".join(p["why"] for p in want["passages"])
     assert "close in meaning" in whys and "the reranker scored it" in whys
+    assert {p["agreement"] for p in want["passages"]} == {"both", "words", "meaning"}, whys
     assert "compare=1" in driver.current_url
     assert not shown(driver, "results") or not cites(driver)
     screenshot(driver, "compare.png")
