@@ -15,6 +15,7 @@ with the reason.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shutil
@@ -26,6 +27,11 @@ from typing import Any
 
 import httpx
 import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import metis_pg
 from metis_pg import service
@@ -33,12 +39,6 @@ from metis_pg import service
 import hash_embedder
 from corpus import write_corpus
 from model_servers import EosServer, FakeService, openai_embeddings
-
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a test dependency: pip install -e '.[test]'")
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 TOKEN = "console-token-" + "5" * 24
 WRONG_TOKEN = "console-token-" + "6" * 24
@@ -255,9 +255,18 @@ def test_pages_need_no_token_hold_no_inline_script_and_send_a_strict_csp(url):
     assert bases_page.status_code == 200 and bases_page.headers["content-security-policy"] == csp
     script = httpx.get(f"{url}/console/static/search.js")
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
-    # The pages are open; the data is not.
+    # The pages are open; the data is not, not even through a path that only starts like the console's.
     assert httpx.get(f"{url}/bases").status_code == 401
     assert httpx.post(f"{url}/search", json={"bases": "x", "question": "y"}).status_code == 401
+    host, port = url.removeprefix("http://").split(":")
+    for raw in ("/console/../bases", "/console/static/../../app.py", "/console/static/%2e%2e/__init__.py"):
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("GET", raw)  # sent as it is (httpx would remove the dot segments)
+        answer = connection.getresponse()
+        body = answer.read()
+        connection.close()
+        assert answer.status == 404 and b"bases" not in body.replace(raw.encode(), b"") and b"import" not in body, \
+            (raw, answer.status, body[:200])
 
 
 def test_without_tokens_the_console_opens_without_a_sign_in(driver, metis, root, base):

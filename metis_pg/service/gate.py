@@ -65,7 +65,8 @@ class Gate:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if self.tokens and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIXES) and not self._authorized(scope):
+        is_open = path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+        if self.tokens and not is_open and not self._authorized(scope):
             await error_response(Unauthorized("a valid bearer token is required: Authorization: Bearer <token>"))(
                 scope, receive, send
             )
