@@ -401,6 +401,18 @@ def test_a_kind_filter_brings_back_only_that_kind(driver, url, base, metis):
     assert all(c.split(":")[0].endswith(".md") for c in got), got
     assert "kind=md" in driver.current_url
 
+    # A folder prefix; then a source no base has (a typo): its warning, and no results.
+    tick(driver, "input[name='kind'][value='md']", on=False)
+    driver.find_element(By.ID, "prefix").send_keys("guide/")
+    ask(driver, question)
+    assert cites(driver) and all(c.startswith("guide/") for c in cites(driver)), cites(driver)
+    assert "prefix=guide%2F" in driver.current_url
+    driver.find_element(By.ID, "sources").send_keys("handbok")
+    ask(driver, question)
+    notice = driver.find_element(By.CSS_SELECTOR, "#notices .notice[data-code='UNKNOWN_SOURCE']")
+    assert "handbok" in notice.text and not cites(driver)
+    assert "source=handbok" in driver.current_url
+
 
 def test_a_search_url_reproduces_it_and_back_and_forward_move_between_searches(driver, url, base):
     open_search(driver, url)
