@@ -547,8 +547,10 @@ def test_the_bases_page_shows_status_indexes_live_and_keeps_notes(driver, url, b
         assert report.startswith("3 documents read: 3 new, 0 changed"), report
         texts = driver.execute_script("return window.jobTexts")
         assert any(re.fullmatch(rf"Indexing {second}: [0-3] of (3|\?) documents · \d+ chunks\.", t) for t in texts), texts
-        wait(driver, lambda d: cell(d, second, "documents") == "3", what="the new counts")
-        assert cell(driver, second, "status") == "Ready" and cell(driver, second, "without") == "0"
+        # The row follows the base until its indexer has let go of it (a moment after the job is done).
+        wait(driver, lambda d: cell(d, second, "documents") == "3" and cell(d, second, "status") == "Ready",
+             what="the new counts, Ready")
+        assert cell(driver, second, "without") == "0"
         assert metis.base(second).documents == 3
 
         # Notes: add one to the new base, see it listed and counted, delete it.
