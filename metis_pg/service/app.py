@@ -52,6 +52,7 @@ from ..errors import (
     MetisError,
     NotFound,
 )
+from .console import mount_console
 from .errors import error_response, validation_message
 from .gate import Gate
 from .jobs import Jobs
@@ -299,6 +300,7 @@ def create_app(
         return {"facts": [f.to_dict() for f in db.facts(name, holding_only=holding_only)]}
 
     app.include_router(api)
+    mount_console(app)  # the console's pages at / and /console/ (issue 11)
     return app
 
 
