@@ -560,6 +560,7 @@ class Metis:
         if not isinstance(eval_set, evaluation.EvalSet):
             eval_set = evaluation.load(eval_set, cache_root=Settings.from_env().home / "eval-corpora")
         name = base or eval_set.name
+        indexed = False
         try:
             row = self._base_row(name)
         except BaseNotFound:
@@ -567,6 +568,7 @@ class Metis:
                 raise InvalidInput(f"no base named {name!r} and the set names no corpus to index") from None
             self.index(name, eval_set.corpus, on_progress=on_index_progress)
             row = self._base_row(name)
+            indexed = True  # a read replica must have replayed it before it is searched
         spec = BaseSpec.from_json(row.spec)
         if modes is None:
             modes = ("hybrid", "dense", "keyword") + (("hybrid_no_rerank",) if spec.reranker_model else ())
@@ -590,7 +592,7 @@ class Metis:
 
         return evaluation.run(
             lambda q, mode, k, rr: self._search(name, q, mode=mode, top_k=k, rerank=rr, filters=None,
-                                                embedder_for=embedder_for, count=False),
+                                                embedder_for=embedder_for, count=False, consistent=indexed),
             eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
         )
 
