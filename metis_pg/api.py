@@ -103,7 +103,8 @@ class Metis:
         self.pool = pool or db.open_pool(dsn, settings=settings)
         self._embedders: dict[BaseSpec, Embedder] = {}
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
-        self.replicas = replicas.ReadRouter(self.pool, read_dsns, settings) if read_dsns else None
+        self.replicas = (replicas.ReadRouter(self.pool, read_dsns, settings, primary_dsn=dsn)
+                         if read_dsns else None)
 
     def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> "tuple[T, list[SearchWarning]]":
         """Run ``read(pool)`` on a read replica when there are any (else on the primary); return

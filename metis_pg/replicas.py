@@ -22,6 +22,9 @@ searches, the list of bases, notes, facts) to a healthy replica, round-robin:
   and the replica chosen must have replayed it within
   ``replica_consistent_wait_s`` (2 s); else the primary answers.
 
+``METIS_READ_DATABASE_URLS`` may list the primary's own URL (``METIS_DATABASE_URL``) too:
+the primary then takes its turn of the reads, as one more server (lag 0).
+
 Searches still count themselves (SPEC F20) on the primary. With the primary
 down, replicas keep answering reads (their lag is then unknown).
 
@@ -167,13 +170,17 @@ class ReadRouter:
 
     Args:
         primary: the primary's pool (writes; reads when no replica can serve).
-        urls: the replicas' PostgreSQL URLs.
+        urls: the replicas' PostgreSQL URLs. The primary's own URL (`primary_dsn`) may be
+            one of them: the primary then takes its turn of the reads (lag 0).
         settings: ``replica_max_lag_s``, ``replica_check_interval_s``,
             ``replica_consistent_wait_s``, ``database_wait_s`` are read.
+        primary_dsn: the primary's URL, to recognise it among `urls`.
     """
 
-    def __init__(self, primary: db.Pool, urls: Sequence[str], settings: Settings | None = None) -> None:
+    def __init__(self, primary: db.Pool, urls: Sequence[str], settings: Settings | None = None, *,
+                 primary_dsn: str | None = None) -> None:
         self.primary = primary
+        self.primary_dsn = primary_dsn
         self.settings = settings or Settings.from_env()
         self._replica_settings = self.settings.model_copy(
             update={"database_wait_s": min(self.settings.database_wait_s, _REPLICA_WAIT_S)})
@@ -226,6 +233,12 @@ class ReadRouter:
     def _measure(self, replica: _Replica, primary_lsn: str | None) -> None:
         s = self.settings
         now = time.monotonic()
+        if self.primary_dsn is not None and replica.url == self.primary_dsn:  # the primary reads in turn
+            replica.pool, replica.checked_at, replica.next_check = self.primary, now, now + s.replica_check_interval_s
+            ok = primary_lsn is not None
+            replica.status, replica.lag_s, replica.behind_bytes = ("ok", 0.0, 0) if ok else ("unavailable", None, None)
+            replica.error = None if ok else "the primary did not answer"
+            return
         try:
             pool = self._pool_of(replica)
             with pool.connection() as conn:
@@ -282,7 +295,7 @@ class ReadRouter:
         replica.next_check = now + _RETRY_INTERVALS * self.settings.replica_check_interval_s
         with replica.lock:
             pool, replica.pool = replica.pool, None
-        if pool is not None:  # stop its background reconnection attempts
+        if pool is not None and pool is not self.primary:  # stop its background reconnection attempts
             threading.Thread(target=pool.close, kwargs={"timeout": 5}, name="metis-replica-close",
                              daemon=True).start()
 
@@ -362,7 +375,7 @@ class ReadRouter:
         for r in self.replicas:
             with r.lock:
                 pool, r.pool = r.pool, None
-            if pool is not None:
+            if pool is not None and pool is not self.primary:
                 pool.close()
 
 

@@ -277,6 +277,21 @@ def test_a_replica_url_that_is_no_standby_is_skipped(pair, base):
     assert "not a standby" in answer.warnings[0].message
 
 
+def test_the_primary_listed_among_the_read_urls_takes_its_turn(pair, base):
+    primary, standby, _ = pair
+    poll("the standby caught up", lambda: caught_up(primary, standby))
+    with metis_pg.Metis(primary, read_dsns=[primary, standby], settings=settings()) as m:
+        answers = [m.search(base, "lantern", mode="keyword") for _ in range(4)]
+        on_primary = m.pool.get_stats().get("requests_num", 0)
+        on_standby = m.replicas.replicas[1].pool.get_stats().get("requests_num", 0)
+        statuses = m.replica_status()
+
+    assert all(a.warnings == () for a in answers)
+    assert [(s.status, s.lag_s) for s in statuses] == [("ok", 0.0), ("ok", 0.0)]
+    # two searches each (two checkouts per search where it reads), and all four counts on the primary
+    assert on_standby >= 2 * 2 and on_primary >= 2 * 2 + 4
+
+
 def test_the_replica_name_never_shows_a_password():
     assert replicas.replica_label("postgresql://metis:s3cret@db2:5433/metis") == "db2:5433/metis"
     assert "s3cret" not in replicas.replica_label("host=db3 password=s3cret dbname=x")
