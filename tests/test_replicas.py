@@ -19,18 +19,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hash_embedder
 import httpx
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
+from cli_runner import run_cli
+from corpus import write_corpus
+from pg_servers import embedded_server
 
 import metis_pg
 from metis_pg import migrate, replicas, service
 from metis_pg.config import Settings
-
-import hash_embedder
-from cli_runner import run_cli
-from corpus import write_corpus
-from pg_servers import embedded_server
 
 TOKEN = "replica-test-token-" + "5" * 20
 CORPUS = {
@@ -125,7 +125,7 @@ class paused_replay:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def __enter__(self) -> "paused_replay":
+    def __enter__(self) -> paused_replay:
         sql(self.url, "SELECT pg_wal_replay_pause()")
         poll("replay paused", lambda: sql(self.url, "SELECT pg_get_wal_replay_pause_state()")[0][0] == "paused")
         return self
@@ -210,7 +210,7 @@ def test_reads_of_a_paused_standby_are_stale_and_a_consistent_search_falls_back_
 
 
 def test_a_consistent_search_waits_for_the_standby_to_replay_the_writes(pair, routed, base, tmp_path):
-    primary, standby, _ = pair
+    standby = pair[1]
     answers: list = []
     with paused_replay(standby):
         routed.index(base, write_corpus(tmp_path / "late2", {"mill.txt": "The water mill grinds rye flour."}))
@@ -251,7 +251,7 @@ def test_a_lagging_standby_is_skipped_with_a_warning_and_its_lag_is_reported(pai
 
 
 def test_a_base_the_standby_does_not_have_yet_is_read_on_the_primary(pair, routed, base, hash_url):
-    primary, standby, _ = pair
+    standby = pair[1]
     with paused_replay(standby):
         routed.create_base("newer", embedding_model="hash-words", embedding_url=hash_url,
                            embedding_dim=hash_embedder.DIM)
@@ -267,8 +267,10 @@ def test_a_base_the_standby_does_not_have_yet_is_read_on_the_primary(pair, route
 
 
 def test_a_replica_url_that_is_no_standby_is_skipped(pair, base):
-    primary, _, _ = pair
-    with metis_pg.Metis(primary, read_dsns=[primary], settings=settings()) as m:
+    primary = pair[0]
+    # The same server under another URL (not the primary's own, which takes its turn of the reads).
+    not_a_standby = make_conninfo(primary, application_name="not-a-standby")
+    with metis_pg.Metis(primary, read_dsns=[not_a_standby], settings=settings()) as m:
         answer = m.search(base, "lantern", mode="keyword")
         [status] = m.replica_status()
 
