@@ -15,15 +15,16 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import hash_embedder
 import psycopg
 import pytest
-from corpus import write_corpus
-from pg_servers import embedded_server
 
 import metis_pg
 from metis_pg import migrate
 from metis_pg.config import Settings
+
+import hash_embedder
+from corpus import write_corpus
+from pg_servers import embedded_server
 
 CITUS = Path(__file__).resolve().parents[1] / "sql" / "citus"
 REFERENCE = {"bases", "sources"}

@@ -19,18 +19,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import hash_embedder
 import httpx
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
-from cli_runner import run_cli
-from corpus import write_corpus
-from pg_servers import embedded_server
 
 import metis_pg
 from metis_pg import migrate, replicas, service
 from metis_pg.config import Settings
+
+import hash_embedder
+from cli_runner import run_cli
+from corpus import write_corpus
+from pg_servers import embedded_server
 
 TOKEN = "replica-test-token-" + "5" * 20
 CORPUS = {
