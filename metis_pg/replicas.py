@@ -222,6 +222,18 @@ class ReadRouter:
             primary_lsn = self._primary_lsn()
             for replica in due:
                 self._measure(replica, primary_lsn)
+            # A replica behind the primary's position at its first measurement, and with no transaction
+            # replayed since it started, has no bound on its lag yet: measure again within a moment (the
+            # sample just taken bounds it once it has replayed that far; the primary writes WAL of its
+            # own, e.g. hint bits, without any transaction).
+            for _ in range(10):
+                unknown = [r for r in due if r.status == "lagging" and r.lag_s is None]
+                if not unknown:
+                    break
+                time.sleep(0.05)
+                primary_lsn = self._primary_lsn()
+                for replica in unknown:
+                    self._measure(replica, primary_lsn)
             self._checked_once = True
         finally:
             self._check_lock.release()

@@ -42,8 +42,9 @@ CORPUS = {
 
 
 def settings(**over: Any) -> Settings:
-    """Short waits: a check every 0.1 s, a consistent read waits at most 3 s."""
-    return Settings(**{"database_wait_s": 3.0, "replica_check_interval_s": 0.1, "replica_max_lag_s": 10.0,
+    """A check every 0.1 s, a consistent read waits at most 3 s; a lag of a minute is tolerated
+    (a paused standby must not be skipped for lag on a slow machine unless a test says so)."""
+    return Settings(**{"database_wait_s": 3.0, "replica_check_interval_s": 0.1, "replica_max_lag_s": 60.0,
                        "replica_consistent_wait_s": 3.0, **over})
 
 
@@ -148,8 +149,8 @@ def test_create_standby_makes_a_streaming_standby_with_a_slot(pair):
 
     assert sql(standby, "SELECT pg_is_in_recovery()") == [(True,)]
     assert (folder / "standby.signal").exists()
-    slots = sql(primary, "SELECT slot_name, active FROM pg_replication_slots")
-    assert slots == [(replicas._slot_name(folder.resolve()), True)]
+    assert sql(primary, "SELECT slot_name FROM pg_replication_slots") == [(replicas._slot_name(folder.resolve()),)]
+    poll("the slot in use", lambda: sql(primary, "SELECT active FROM pg_replication_slots") == [(True,)])
     poll("the standby streams", lambda: sql(primary, "SELECT state FROM pg_stat_replication") == [("streaming",)])
     sql(primary, "CREATE TABLE replica_probe (n int); INSERT INTO replica_probe VALUES (42)")
     poll("the row replayed", lambda: caught_up(primary, standby))
@@ -210,24 +211,27 @@ def test_reads_of_a_paused_standby_are_stale_and_a_consistent_search_falls_back_
     assert "had not replayed the primary's latest writes within 3 s" in fresh.warnings[0].message
 
 
-def test_a_consistent_search_waits_for_the_standby_to_replay_the_writes(pair, routed, base, tmp_path):
-    standby = pair[1]
+def test_a_consistent_search_waits_for_the_standby_to_replay_the_writes(pair, base, tmp_path):
+    primary, standby, _ = pair
     answers: list = []
-    with paused_replay(standby):
-        routed.index(base, write_corpus(tmp_path / "late2", {"mill.txt": "The water mill grinds rye flour."}))
-        before = replica_requests(routed)
-        search = threading.Thread(target=lambda: answers.append(
-            routed.search(base, "rye flour mill", mode="keyword", consistent=True)))
-        search.start()
-        poll("the search waits on the standby", lambda: sql(
-            standby, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state <> 'idle'"
-                     " AND pid <> pg_backend_pid()",
-            ("%pg_last_wal_replay_lsn() >=%",))[0][0] > 0, timeout_s=5)
-    search.join(30)
+    # A long wait, so that a slow machine cannot make the search give up before the replay resumes.
+    with metis_pg.Metis(primary, read_dsns=[standby], settings=settings(replica_consistent_wait_s=60)) as routed:
+        with paused_replay(standby):
+            routed.index(base, write_corpus(tmp_path / "late2", {"mill.txt": "The water mill grinds rye flour."}))
+            before = replica_requests(routed)
+            search = threading.Thread(target=lambda: answers.append(
+                routed.search(base, "rye flour mill", mode="keyword", consistent=True)))
+            search.start()
+            poll("the search waits on the standby", lambda: sql(
+                standby, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state <> 'idle'"
+                         " AND pid <> pg_backend_pid()",
+                ("%pg_last_wal_replay_lsn() >=%",))[0][0] > 0, timeout_s=30)
+        search.join(60)
+        after = replica_requests(routed)
 
     assert answers and answers[0].warnings == ()  # the standby answered, once it had replayed
     assert answers[0].results[0].citation.document == "mill.txt"
-    assert replica_requests(routed) > before
+    assert after > before
 
 
 def test_a_lagging_standby_is_skipped_with_a_warning_and_its_lag_is_reported(pair, base, tmp_path, hash_url):
@@ -235,8 +239,9 @@ def test_a_lagging_standby_is_skipped_with_a_warning_and_its_lag_is_reported(pai
     with metis_pg.Metis(primary, read_dsns=[standby], settings=settings(replica_max_lag_s=0.3)) as m:
         poll("the standby caught up", lambda: caught_up(primary, standby))
         assert m.search(base, "lantern", mode="keyword").warnings == ()
-        [status] = m.replica_status()
-        assert (status.status, status.lag_s, status.behind_bytes) == ("ok", 0.0, 0)
+        # The search's count was just written on the primary: once replayed, the lag reads 0.
+        poll("a lag of 0 once caught up", lambda: [(s.status, s.lag_s, s.behind_bytes) for s in m.replica_status()]
+             == [("ok", 0.0, 0)])
         with paused_replay(standby):
             m.add_note(base, "Ferry", "The ferry leaves at dawn.")  # a write the standby will not apply
 
@@ -290,7 +295,8 @@ def test_the_primary_listed_among_the_read_urls_takes_its_turn(pair, base):
         statuses = m.replica_status()
 
     assert all(a.warnings == () for a in answers)
-    assert [(s.status, s.lag_s) for s in statuses] == [("ok", 0.0), ("ok", 0.0)]
+    assert [s.status for s in statuses] == ["ok", "ok"] and statuses[0].lag_s == 0.0  # the primary itself
+    assert statuses[1].lag_s < 60  # the standby: just behind the counts written meanwhile, at most
     # two searches each (two checkouts per search where it reads), and all four counts on the primary
     assert on_standby >= 2 * 2 and on_primary >= 2 * 2 + 4
 
