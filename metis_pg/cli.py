@@ -40,7 +40,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(help="Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema (Alembic migrations) and local read replicas.", no_args_is_help=True)
 eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True)
 app.add_typer(base_app, name="base")
 app.add_typer(db_app, name="db")
