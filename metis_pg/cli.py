@@ -43,7 +43,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(help="Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF).",
                   no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None)
 base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True, rich_markup_mode=None)
-db_app = typer.Typer(help="The database: schema (Alembic migrations), the embedded server.", no_args_is_help=True,
+db_app = typer.Typer(help="The database: schema (Alembic migrations), the embedded server, local read replicas.", no_args_is_help=True,
                      rich_markup_mode=None)
 eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True,
                       rich_markup_mode=None)
@@ -272,6 +272,9 @@ def search(
     min_score: Annotated[Optional[float], typer.Option(
         "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
+    consistent: Annotated[bool, typer.Option(
+        "--consistent", help="Read your writes: search a read replica only once it has replayed every write "
+                             "committed so far (else the primary).")] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
     as_jsonl: JsonlOption = False,
@@ -309,7 +312,7 @@ def search(
         return
     with _open(dsn) as m:
         answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
-                          filters={k: v for k, v in filters.items() if v}, fusion=fusion)
+                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent)
     answer, dropped = cut_below(answer, min_score)
     if fmt == "text":
         print_answer(answer)
@@ -677,11 +680,14 @@ def status(
     _json_mode = as_json
     with _open(dsn) as m:
         infos = [m.base(base)] if base else m.list_bases()
+        replicas = [] if as_json else m.replica_status()  # METIS_READ_DATABASE_URLS: each replica's replay lag
     if as_json:
         _print_json([i.to_dict() for i in infos])
     else:
         for i in infos:
             out.print(_status_line(i))
+        for r in replicas:
+            out.print(_visible(r.line()))
 
 
 # -- reembed, notes, facts (SPEC F2, F3, F11) ---------------------------------
@@ -922,6 +928,46 @@ def _check_port(host: str, port: int) -> None:
                 raise PortInUse(f"port {port} on {host} is in use by another process: stop it, or choose another "
                                 f"port with --port") from None
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+# -- read replicas (metis_pg.replicas) -----------------------------------------
+
+replica_app = typer.Typer(help="Local streaming standbys of the database (read replicas).", no_args_is_help=True,
+                          rich_markup_mode=None)
+db_app.add_typer(replica_app, name="replica")
+
+
+@replica_app.command("create")
+def replica_create(
+    path: Annotated[Path, typer.Argument(help="A new folder for the standby's data.")],
+    slot: Annotated[Optional[str], typer.Option("--slot", help="Replication slot name (default: from PATH).")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Make a streaming standby of the database in PATH (pg_basebackup -R, a replication slot) and start it.
+
+    Prints its URL: add it to METIS_READ_DATABASE_URLS. Example: metis db replica create /var/tmp/standby1
+    """
+    from . import db, replicas
+
+    url = replicas.create_standby(db.resolve_dsn(dsn), path, slot=slot)
+    out.print(url)
+
+
+@replica_app.command("start")
+def replica_start(path: Annotated[Path, typer.Argument(help="The standby's folder.")]) -> None:
+    """Start the standby in PATH again; print its URL. Example: metis db replica start /var/tmp/standby1"""
+    from . import replicas
+
+    out.print(replicas.start_standby(path))
+
+
+@replica_app.command("stop")
+def replica_stop(path: Annotated[Path, typer.Argument(help="The standby's folder.")]) -> None:
+    """Stop the standby in PATH. Example: metis db replica stop /var/tmp/standby1"""
+    from . import replicas
+
+    replicas.stop_standby(path)
+    out.print(f"stopped the standby in {path}")
 
 
 @eos_app.command("serve")

@@ -202,8 +202,10 @@ class SearchPipeline:
     Thread-safe when the pool and the model clients are.
     """
 
-    def __init__(self, pool: ConnectionPool, embedder_for: EmbedderFor, reranker_for: RerankerFor) -> None:
+    def __init__(self, pool: ConnectionPool, embedder_for: EmbedderFor, reranker_for: RerankerFor, *,
+                 count_pool: ConnectionPool | None = None) -> None:
         self.pool = pool
+        self.count_pool = count_pool or pool  # a read replica searches; the primary counts (SPEC F20)
         self.embedder_for = embedder_for
         self.reranker_for = reranker_for
 
@@ -295,7 +297,7 @@ class SearchPipeline:
         candidates = order_facts(candidates[:top_k]) + candidates[top_k:]
 
         if count:  # SPEC F20: a count per base, day and mode; never the question. Best-effort: never fails a search
-            storage.record_search(self.pool, [r.base_id for r in rows], mode)
+            storage.record_search(self.count_pool, [r.base_id for r in rows], mode)
         return Ranked(
             request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
             warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),

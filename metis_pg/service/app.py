@@ -4,7 +4,7 @@ Routes (JSON in and out; every route but ``/healthz``, ``/docs`` and
 ``/openapi.json`` wants ``Authorization: Bearer <token>`` when tokens are set):
 
 ==================================  ==============================================================
-``GET /healthz``                    liveness and a database round trip (no token needed)
+``GET /healthz``                    liveness, a database round trip, each read replica's lag (no token needed)
 ``GET /bases``                      every base with its health
 ``POST /bases``                     create a base (201)
 ``GET /bases/{name}``               one base with its spec and health
@@ -193,7 +193,9 @@ def create_app(
             raise
         except Exception as exc:
             raise DatabaseUnavailable(f"the database did not answer: {type(exc).__name__}") from exc
-        return {"status": "ok", "database": "ok", "version": __version__}
+        # Read replicas (METIS_READ_DATABASE_URLS): each one's status and replay lag, measured now.
+        replicas = [r.to_dict() for r in db.replica_status()]
+        return {"status": "ok", "database": "ok", "version": __version__, "replicas": replicas}
 
     @api.get("/bases", summary="Every base with its health")
     def list_bases() -> dict[str, Any]:
@@ -258,7 +260,7 @@ def create_app(
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
-                           filters=filters, fusion=fusion)
+                           filters=filters, fusion=fusion, consistent=body.consistent)
         # Never the question: bases, mode, top_k, counts and time only.
         log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
                  body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)
