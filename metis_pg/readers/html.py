@@ -30,6 +30,7 @@ instead of 2 s.
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,30 @@ _BLOCKS = {
 _CELLS = {"td", "th"}
 
 
+_WORD = re.compile(r"\S+")
+
+
+def _collapse_lines(raw: str, line: int | None) -> tuple[str, tuple[int, ...]]:
+    """Return ``collapse(raw)`` and its line map: ``(offset, line)`` after each run of whitespace
+    holding newlines (``line``: the source line of the first non-blank character; None: no map)."""
+    if line is None:
+        return collapse(raw), ()
+    words: list[str] = []
+    line_map: list[int] = []
+    size, previous_end = 0, None
+    for m in _WORD.finditer(raw):
+        if previous_end is not None:
+            size += 1
+            newlines = raw.count("\n", previous_end, m.start())
+            if newlines:
+                line += newlines
+                line_map += (size, line)
+        words.append(m.group())
+        size += m.end() - m.start()
+        previous_end = m.end()
+    return " ".join(words), tuple(line_map)
+
+
 class _Walker:
     """Walks the tree in document order, flushing one body block at each block boundary."""
 
@@ -67,7 +92,8 @@ class _Walker:
 
     def flush(self) -> None:
         if self._buffer:
-            self.out.body(collapse("".join(self._buffer)), self.path.path, line=self._line)
+            text, line_map = _collapse_lines("".join(self._buffer), self._line)
+            self.out.body(text, self.path.path, line=self._line, line_map=line_map)
         self._buffer, self._buffer_has_text, self._line = [], False, None
 
     def _add(self, content: str) -> None:
