@@ -231,17 +231,33 @@ class HeadingPath:
     """The stack of headings above the current text; a heading pops those at its level or deeper."""
 
     def __init__(self) -> None:
-        self._stack: list[tuple[int, str]] = []
+        self._stack: list[tuple[float, str, object]] = []
 
-    def push(self, level: int, text: str) -> None:
-        """Enter a heading of ``level`` (1 = outermost; 0 for a docx Title)."""
-        self._stack = [(lv, t) for lv, t in self._stack if lv < level]
-        self._stack.append((level, text))
+    def push(self, level: float, text: str, scope: object = None) -> None:
+        """Enter a heading of ``level`` (1 = outermost; 0 for a docx Title; HTML may nest at x.5).
+
+        ``scope``: what the reader knows of where the heading's section ends (HTML: its element).
+        """
+        self._stack = [entry for entry in self._stack if entry[0] < level]
+        self._stack.append((level, text, scope))
 
     @property
     def path(self) -> tuple[str, ...]:
         """The non-empty heading texts, outermost first."""
-        return tuple(t for _, t in self._stack if t)
+        return tuple(t for _, t, _ in self._stack if t)
+
+    @property
+    def deepest(self) -> tuple[float, object] | None:
+        """The level and scope of the innermost heading, or None."""
+        return (self._stack[-1][0], self._stack[-1][2]) if self._stack else None
+
+    def snapshot(self) -> tuple[tuple[float, str, object], ...]:
+        """Return the stack as it is now, for :meth:`restore`."""
+        return tuple(self._stack)
+
+    def restore(self, snapshot: tuple[tuple[float, str, object], ...]) -> None:
+        """Put back the stack a :meth:`snapshot` returned (the headings entered since are closed)."""
+        self._stack = list(snapshot)
 
 
 class TextBuilder:
