@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import multiprocessing
 import os
 import re
 import signal
@@ -203,8 +202,8 @@ def test_passages_go_to_worker_processes_and_equal_the_in_process_vectors_in_ord
 
     assert out.shape == (12, 384) and out.dtype == np.float32
     np.testing.assert_allclose(out, in_process, atol=1e-6)  # same vectors, same order
-    children = multiprocessing.active_children()
-    assert len(children) >= 2 and all(c.pid != os.getpid() for c in children)
+    pids = embed._PASSAGE_POOL.pids()
+    assert len(pids) == 2 and os.getpid() not in pids
 
 
 def test_embedding_processes_default_to_one_per_usable_cpu_and_follow_the_setting(monkeypatch):
@@ -218,7 +217,7 @@ def test_embedding_processes_default_to_one_per_usable_cpu_and_follow_the_settin
 def test_a_dead_worker_makes_the_model_unavailable_and_the_next_call_starts_new_workers():
     workers = LocalE5Embedder(processes=2)
     workers.embed_passages(["warm up one", "warm up two"])
-    pids = list(embed._PASSAGE_POOL.executor(2)._processes)
+    pids = embed._PASSAGE_POOL.pids()
     failure: list[BaseException] = []
 
     def job() -> None:
@@ -234,6 +233,18 @@ def test_a_dead_worker_makes_the_model_unavailable_and_the_next_call_starts_new_
     thread.join(120)
     assert failure and "worker process died" in str(failure[0])
     assert workers.embed_passages(["after one", "after two"]).shape == (2, 384)
+
+
+def test_a_script_without_a_main_guard_embeds_passages_in_workers_once(tmp_path):
+    script = tmp_path / "index_it.py"
+    script.write_text(
+        "from metis_pg.models import LocalE5Embedder\n"
+        "print('script ran')\n"
+        "print(LocalE5Embedder(processes=2).embed_passages(['one passage', 'another passage']).shape)\n",
+        encoding="utf-8")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["script ran", "(2, 384)"]  # the workers did not run the script
 
 
 def test_the_engine_loads_with_passive_openmp_threads_unless_the_user_chose(tmp_path):

