@@ -21,7 +21,11 @@ Rules:
   == text`` always holds.
 - ``line`` is exact for md and txt: 1 + the number of newlines in
   ``Document.text`` before ``char_start``. HTML: the source line of the block
-  where the chunk starts. PDF and docx: None. ``page`` is the PDF page.
+  where the chunk starts. PDF and docx: None. ``page`` is the PDF page (a
+  chunk never crosses a page). ``line_end`` is the line of the chunk's last
+  character, and :meth:`Chunk.line_at` the line of any character (HTML: from
+  ``line_map``, the source lines of the blocks and of the line breaks the reader
+  collapsed): what a citation points at (the line of the snippet's sentence).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidInput
 from .readers._common import check_time_budget
-from .readers.document import Document, Section
+from .readers.document import Document, Section, line_at
 from .readers.markdown import fence_spans
 
 __all__ = ["Chunk", "chunk_document", "embedding_text"]
@@ -75,6 +79,9 @@ class Chunk:
             html: the line of the block it starts in), else None.
         char_start: offset (characters) of ``text`` in ``Document.text``.
         char_end: end offset, exclusive: ``Document.text[char_start:char_end] == text``.
+        line_end: 1-based source line of the passage's last character (same kinds as ``line``), else None.
+        line_map: flattened ``(offset in text, line)`` pairs where the source line of a character is
+            not ``line`` + the newlines of ``text`` before it (HTML blocks): see :func:`Chunk.line_at`.
     """
 
     ordinal: int
@@ -85,6 +92,12 @@ class Chunk:
     line: int | None
     char_start: int
     char_end: int
+    line_end: int | None = None
+    line_map: tuple[int, ...] = ()
+
+    def line_at(self, offset: int) -> int | None:
+        """Return the 1-based source line of ``text[offset]`` (offset in characters, clamped), or None."""
+        return line_at(self.text, self.line, self.line_map, offset)
 
     @property
     def embedding_text(self) -> str:
@@ -124,8 +137,11 @@ def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:
         check_time_budget()
         start, end = run[0].char_start, run[-1].char_start + len(run[-1].text)
         spans = _pack(doc.text, start, end, chunk_size, fences)
-        for (s, e), line in zip(spans, _first_lines(doc.text, run, spans)):
-            chunks.append(Chunk(len(chunks), doc.text[s:e], doc.title, run[0].headings, run[0].page, line, s, e))
+        for (s, e), (line, line_map) in zip(spans, _span_lines(doc.text, run, spans)):
+            text = doc.text[s:e]
+            line_end = line_at(text, line, line_map, len(text) - 1)
+            chunks.append(Chunk(len(chunks), text, doc.title, run[0].headings, run[0].page, line, s, e,
+                                line_end, line_map))
     return chunks
 
 
@@ -145,24 +161,65 @@ def _runs(doc: Document) -> list[list[Section]]:
     return runs
 
 
-def _first_lines(text: str, run: list[Section], spans: list[Span]) -> list[int | None]:
-    """Return the source line where each span starts: its section's line + the newlines since.
+def _span_lines(text: str, run: list[Section], spans: list[Span]) -> list[tuple[int | None, tuple[int, ...]]]:
+    """Return, for each span of a run, the source line where it starts and its line map (see :class:`Chunk`).
 
-    Spans come in order, so newlines are counted from the previous span, not from the top.
+    Spans come in order: in sections without a line map, newlines are counted from the
+    previous position asked, not from the section's start (linear in the run's size).
     """
     starts = [section.char_start for section in run]
-    lines: list[int | None] = []
-    last = None  # (section, offset, line) of the previous span
-    for s, _ in spans:
-        section = run[bisect_right(starts, s) - 1]
+    maps: dict[int, list[int]] = {}
+    last: list = [None]  # (section index, offset, line) of the previous position in a map-less section
+
+    def line_of(i: int, pos: int) -> int | None:
+        section = run[i]
         if section.line is None:
-            lines.append(None)
+            return None
+        if section.line_map:
+            offsets = maps.get(i)
+            if offsets is None:
+                offsets = maps[i] = list(section.line_map[0::2])
+            k = bisect_right(offsets, pos - section.char_start) - 1
+            anchor, line = (0, section.line) if k < 0 else (offsets[k], section.line_map[2 * k + 1])
+            return line + text.count("\n", section.char_start + anchor, pos)
+        previous = last[0]
+        offset, line = (previous[1], previous[2]) if previous and previous[0] == i and previous[1] <= pos else (
+            section.char_start, section.line)
+        line += text.count("\n", offset, pos)
+        last[0] = (i, pos, line)
+        return line
+
+    out: list[tuple[int | None, tuple[int, ...]]] = []
+    for s, e in spans:
+        first, final = bisect_right(starts, s) - 1, bisect_right(starts, e - 1) - 1
+        line = line_of(first, s)
+        if line is None:
+            out.append((None, ()))
             continue
-        offset, line = (last[1], last[2]) if last and last[0] is section else (section.char_start, section.line)
-        line += text.count("\n", offset, s)
-        last = (section, s, line)
-        lines.append(line)
-    return lines
+        anchors: list[tuple[int, int]] = []  # (offset in the chunk, line), every section start and map entry
+        for i in range(first, final + 1):
+            section = run[i]
+            pos = max(s, section.char_start)
+            if i > first:
+                at = line_of(i, pos)
+                if at is not None:
+                    anchors.append((pos - s, at))
+            if section.line_map:
+                offsets = maps.get(i)
+                if offsets is None:
+                    offsets = maps[i] = list(section.line_map[0::2])
+                lo = bisect_right(offsets, pos - section.char_start)
+                hi = bisect_left(offsets, e - section.char_start)
+                anchors.extend((section.char_start + offsets[k] - s, section.line_map[2 * k + 1])
+                               for k in range(lo, hi))
+        line_map: list[int] = []
+        kept_offset, kept_line = 0, line
+        for offset, at in anchors:  # keep only what counting newlines would not give
+            if kept_line + text.count("\n", s + kept_offset, s + offset) != at:
+                line_map += (offset, at)
+                kept_offset, kept_line = offset, at
+        out.append((line, tuple(line_map)))
+    return out
 
 
 def _strip(text: str, start: int, end: int) -> Span:

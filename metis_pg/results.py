@@ -3,7 +3,9 @@
 All are frozen dataclasses; ``to_dict()`` gives exactly the JSON of SPEC F13
 (the same as ``metis search --json`` and the HTTP service). Keys whose step did
 not find or score a result are absent from ``scores``; ``citation`` has
-``page`` (PDF) or ``line`` (text, Markdown, HTML), never both.
+``page`` (PDF) or ``line`` (text, Markdown, HTML), never both: the page or line of
+the snippet's sentence, with the passage's range (``page_start``/``page_end`` or
+``line_start``/``line_end``).
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ class Citation:
         document: the document's path, relative to its source's folder.
         title: the document's title.
         kind: ``md``, ``txt``, ``html``, ``pdf`` or ``docx``.
-        page: 1-based PDF page, else None.
-        line: 1-based first line of the passage in the file, else None.
+        page: 1-based PDF page of the snippet's sentence, else None.
+        line: 1-based line of the file where the snippet's sentence starts (md, txt, html),
+            else None (never with ``page``).
         headings: heading path above the passage, outermost first.
         snippet: at most 240 characters around the sentence holding most of the question's words.
+        line_start, line_end: the lines the whole passage spans (with ``line``), else None.
+        page_start, page_end: the PDF pages the whole passage spans (with ``page``), else None.
     """
 
     source: str
@@ -50,6 +55,10 @@ class Citation:
     line: int | None
     headings: tuple[str, ...]
     snippet: str
+    line_start: int | None = None
+    line_end: int | None = None
+    page_start: int | None = None
+    page_end: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -60,14 +69,18 @@ class Citation:
         }
         if self.page is not None:
             data["page"] = self.page
+            data["page_start"] = self.page if self.page_start is None else self.page_start
+            data["page_end"] = self.page if self.page_end is None else self.page_end
         elif self.line is not None:
             data["line"] = self.line
+            data["line_start"] = self.line if self.line_start is None else self.line_start
+            data["line_end"] = self.line if self.line_end is None else self.line_end
         data["headings"] = list(self.headings)
         data["snippet"] = self.snippet
         return data
 
     def location(self) -> str:
-        """Return ``document:line``, ``document p.N`` or the document alone."""
+        """Return ``document:line``, ``document p.N`` or the document alone (the cited line or page)."""
         if self.page is not None:
             return f"{self.document} p.{self.page}"
         if self.line is not None:

@@ -102,6 +102,8 @@ class Candidate:
     keyword_rank: int | None
     fused: float
     holds: bool | None = None  # a fact of a memory base: still holds (SPEC F11); None: not a fact
+    line_end: int | None = None  # line of the chunk's last character (chunking.Chunk.line_end)
+    line_map: tuple[int, ...] = ()  # chunking.Chunk.line_map
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +187,7 @@ def run_search(
             headings=tuple(r["headings"] or ()), text=r["text"],
             dense=None if r["dense"] is None else float(r["dense"]), dense_rank=r["dense_rank"],
             keyword=None if r["keyword"] is None else float(r["keyword"]), keyword_rank=r["keyword_rank"],
-            fused=float(r["fused"]), holds=r["holds"],
+            fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
         )
         for r in rows
     ]

@@ -45,7 +45,8 @@ from .memories import order_facts
 from .models.embed import Embedder
 from .models.rerank import Reranker
 from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
-from .snippets import snippet
+from .readers.document import line_at
+from .snippets import snippet_at
 from .tokenizer import query_terms
 
 __all__ = [
@@ -419,10 +420,22 @@ def unknown_source_warnings(names: Sequence[str], health: dict[str, dict],
 
 
 def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
-    """Return the citation of a candidate, its snippet around the question's terms."""
+    """Return the citation of a candidate: its snippet around the question's terms, the line of the
+    snippet's sentence (or the PDF page), and the chunk's range of lines (pages).
+
+    A chunk written before schema revision 0009 has no ``line_end``: its first line is cited.
+    """
+    shown, offset = snippet_at(c.text, question_terms)
+    if c.page is not None or c.line is None:
+        line = line_start = line_end = None
+    elif c.line_end is None:
+        line = line_start = line_end = c.line
+    else:
+        line, line_start, line_end = line_at(c.text, c.line, c.line_map, offset), c.line, c.line_end
     return Citation(
         source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
-        line=None if c.page is not None else c.line, headings=c.headings, snippet=snippet(c.text, question_terms),
+        line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
+        page_start=c.page, page_end=c.page,
     )
 
 

@@ -466,14 +466,14 @@ def write_documents(
             placed = [[next(chunk_ids) for _ in d.chunks] for d in documents]
             with cur.copy(
                 "COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
-                " char_start, char_end, term_count) FROM STDIN"
+                " char_start, char_end, term_count, line_end, line_map) FROM STDIN"
             ) as copy:
                 for d, document_id, ids, terms_of in zip(documents, document_ids, placed, chunk_terms):
                     for chunk_id, chunk, terms in zip(ids, d.chunks, terms_of):
                         copy.write_row((
                             chunk_id, base_id, document_id, chunk.ordinal, chunk.text, chunk.title,
                             list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end,
-                            len(terms),
+                            len(terms), chunk.line_end, list(chunk.line_map) or None,
                         ))
             rows = []
             for document_id, ids, terms_of in zip(document_ids, placed, chunk_terms):

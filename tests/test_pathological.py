@@ -51,6 +51,10 @@ CASES = {
     "unclosed comments": ("c.html", b"<!--" * (MB // 4)),
     "one table row of 100,000 cells": ("t.html", b"<table><tr>" + b"<td>x</td>" * (MB // 10) + b"</tr></table>"),
     "many headings and paragraphs": ("h.html", b"<h2>x</h2><p>y</p>" * (MB // 18)),
+    # HTML: each header, footer and heading looked at its ancestors (article? scope?).
+    "unclosed <header> nesting in an article": ("hd.html", b"<article>" + b"<header>x" * (MB // 9)),
+    "headings under deep nesting": ("hn.html", b"<div>" * 50_000 + b"<h2>x</h2><p>y" * 40_000),
+    "page headers nested around one heading": ("hh.html", b'<div class="header">' * 30_000 + b"<h2>x</h2>"),
     # docx: each paragraph re-copied the section's text so far.
     "docx of 100,000 paragraphs": ("p.docx", docx_bytes(100_000)),
     "docx table merged down 5,000 rows": ("m.docx", docx_bytes(0, merged_rows=5_000)),

@@ -268,7 +268,147 @@ def test_html_declared_charset_is_honoured(tmp_path):
     assert read_document(path).sections[0].text == "Configuração"
 
 
+# --- HTML: what is kept (main content) and where headings end ---------------------
+
+SITE_PAGE = """<!DOCTYPE html>
+<html><head><title>Pump guide</title></head>
+<body>
+<header class="site"><a href="/">ACME docs</a> SITE_HEADER_TEXT</header>
+<nav><a href="a.html">Prev</a> | <a href="b.html">Up</a> | <a href="/">Home</a> | <a href="c.html">Next</a></nav>
+<div class="navheader"><table><tr><td><a href="p.html">Prev</a></td><td>NAVHEADER_TEXT</td></tr></table></div>
+<div role="navigation">ROLE_NAV_TEXT</div>
+<aside class="toc">ASIDE_TEXT</aside>
+<div class="md-sidebar">SIDEBAR_TEXT</div>
+<article>
+<header><h1>Pump guide</h1></header>
+<p>Prime the pump before the first start.</p>
+<div class="page-header"><h2>Valves</h2></div>
+<p>The relief valve opens at 6 bar.</p>
+<footer class="article-footer">ARTICLE_FOOTER_TEXT</footer>
+</article>
+<footer>SITE_FOOTER_TEXT &copy; ACME</footer>
+<div class="navfooter">NAVFOOTER_TEXT</div>
+</body></html>
+"""
+
+
+def test_html_keeps_the_main_content_without_navigation_headers_footers_or_sidebars(tmp_path):
+    path = tmp_path / "pump.html"
+    path.write_text(SITE_PAGE, encoding="utf-8")
+
+    doc = read_document(path)
+
+    for furniture in ("SITE_HEADER_TEXT", "Prev", "NAVHEADER_TEXT", "ROLE_NAV_TEXT", "ASIDE_TEXT", "SIDEBAR_TEXT",
+                      "SITE_FOOTER_TEXT", "NAVFOOTER_TEXT"):
+        assert furniture not in doc.text, furniture
+    assert [(s.headings, s.text) for s in doc.sections] == [
+        (("Pump guide",), "Prime the pump before the first start."),
+        (("Pump guide", "Valves"), "The relief valve opens at 6 bar."),
+        (("Pump guide", "Valves"), "ARTICLE_FOOTER_TEXT"),  # an article's own footer is its content
+    ]
+
+
+def test_html_main_element_is_the_content_when_the_page_has_one(tmp_path):
+    path = tmp_path / "main.html"
+    path.write_text("<body><div>Menu: Home About</div><main><h1>Pricing</h1><p>Ten euros a month.</p></main>"
+                    "<div>Copyright</div></body>", encoding="utf-8")
+
+    doc = read_document(path)
+
+    assert [(s.headings, s.text) for s in doc.sections] == [(("Pricing",), "Ten euros a month.")]
+
+
+NOTE_PAGE = """<html><body>
+<div class="sect1"><div class="titlepage"><div><div><h2 class="title">5.4. Constraints</h2></div></div></div>
+<p>Constraints limit the data.</p>
+<div class="sect2"><div class="titlepage"><div><div><h3 class="title">5.4.1. Check Constraints</h3></div></div></div>
+<p>A check constraint tests a condition.</p>
+<div class="note"><h3 class="title">Note</h3><p>Checks must be immutable.</p></div>
+<p>After the note, still about checks.</p>
+</div>
+<div class="sect2"><div class="titlepage"><div><div><h3 class="title">5.4.2. Not-Null Constraints</h3></div></div></div>
+<p>A column may refuse nulls.</p>
+</div>
+<p>Back in the chapter.</p>
+</div>
+</body></html>
+"""
+
+
+def test_html_heading_scopes_close_where_their_container_ends(tmp_path):
+    path = tmp_path / "ddl.html"
+    path.write_text(NOTE_PAGE, encoding="utf-8")
+
+    doc = read_document(path)
+
+    assert [(s.headings, s.text) for s in doc.sections] == [
+        (("5.4. Constraints",), "Constraints limit the data."),
+        (("5.4. Constraints", "5.4.1. Check Constraints"), "A check constraint tests a condition."),
+        (("5.4. Constraints", "5.4.1. Check Constraints", "Note"), "Checks must be immutable."),
+        (("5.4. Constraints", "5.4.1. Check Constraints"), "After the note, still about checks."),
+        (("5.4. Constraints", "5.4.2. Not-Null Constraints"), "A column may refuse nulls."),
+        (("5.4. Constraints",), "Back in the chapter."),
+    ]
+    chunks = chunk_document(doc)
+    assert [c.headings[-1] for c in chunks if "after the note" in c.text.lower()] == ["5.4.1. Check Constraints"]
+
+
+def test_html_flat_headings_still_label_what_follows_them(tmp_path):
+    path = tmp_path / "flat.html"
+    path.write_text("<body><div><p>Intro.</p><h2>Setup</h2></div><p>Install it.</p>"
+                    "<h2>Use</h2><p>Run it.</p><h3>Flags</h3><p>-v is verbose.</p></body>", encoding="utf-8")
+
+    doc = read_document(path)
+
+    assert [(s.headings, s.text) for s in doc.sections] == [
+        ((), "Intro."), (("Setup",), "Install it."), (("Use",), "Run it."), (("Use", "Flags"), "-v is verbose."),
+    ]
+
+
 # --- PDF ----------------------------------------------------------------------
+
+
+def _outlined_pdf(path: Path) -> Path:
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=12)
+
+    def line(text: str) -> None:
+        pdf.multi_cell(0, 8, text, new_x="LMARGIN", new_y="NEXT")
+
+    pdf.add_page()
+    pdf.start_section("1 Introduction", level=0)
+    line("1 Introduction")
+    line("This manual explains the pump.")
+    pdf.start_section("1.1 Safety", level=1)
+    line("1.1 Safety")
+    line("Wear gloves near the valve.")
+    pdf.add_page()
+    line("Keep the lid closed while it runs.")
+    pdf.start_section("2 Maintenance", level=0)
+    line("2 Maintenance")
+    line("Oil the bearing monthly.")
+    pdf.add_page()
+    pdf.start_section("Appendix", level=0)  # a bookmark whose title is not printed on its page
+    line("Spare parts list.")
+    pdf.output(str(path))
+    return path
+
+
+def test_pdf_headings_come_from_the_outline(tmp_path):
+    doc = read_document(_outlined_pdf(tmp_path / "pump.pdf"))
+
+    assert [(s.page, s.headings, s.text) for s in doc.sections] == [
+        (1, ("1 Introduction",), "This manual explains the pump."),
+        (1, ("1 Introduction", "1.1 Safety"), "Wear gloves near the valve."),
+        (2, ("1 Introduction", "1.1 Safety"), "Keep the lid closed while it runs."),
+        (2, ("2 Maintenance",), "Oil the bearing monthly."),
+        (3, ("Appendix",), "Spare parts list."),
+    ]
+    assert doc.title == "1 Introduction"
+    assert "1.1 Safety" in doc.text  # the heading line is in the text, in no section
+    chunks = chunk_document(doc)
+    assert [(c.page, c.headings[-1]) for c in chunks] == [
+        (1, "1 Introduction"), (1, "1.1 Safety"), (2, "1.1 Safety"), (2, "2 Maintenance"), (3, "Appendix")]
 
 
 def test_pdf_gives_one_section_per_page_with_its_number(tmp_path):

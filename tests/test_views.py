@@ -26,6 +26,8 @@ from corpus import write_corpus
 VIEWS = {
     "chunk_citations": ["base", "source", "document", "title", "kind", "headings", "page", "line", "text",
                         "chunk_id", "ordinal"],
+    "chunk_citations_v2": ["base", "source", "document", "title", "kind", "headings", "page_start", "page_end",
+                           "line_start", "line_end", "text", "chunk_id", "ordinal"],
     "base_health": ["base", "kind", "status", "documents", "chunks", "chunks_without_vector", "embedding_model",
                     "last_indexed_at"],
     "base_health_v2": ["base", "kind", "status", "interrupted", "documents", "chunks", "chunks_without_vector",
@@ -136,6 +138,18 @@ def test_chunk_citations_match_what_a_search_cites(metis, small_base):
     c = top.citation
     assert got == [(small_base, c.source, c.document, c.title, c.kind, list(c.headings), c.page, c.line, top.text)]
     assert rows(metis, "SELECT count(*) FROM metis.chunk_citations WHERE base = %s", (small_base,)) == [(2,)]
+
+
+def test_chunk_citations_v2_gives_the_range_holding_the_cited_line(metis, base_name, tmp_path):
+    lines = [f"Line {n} says nothing in particular." for n in range(1, 9)] + ["The gateway token is XJ-4471."]
+    root = write_corpus(tmp_path / "kb", {"notes.txt": "\n".join(lines) + "\n"})
+    metis.index(base_name, root)
+    top = metis.search(base_name, "XJ-4471", mode="keyword", top_k=1).results[0]
+    got = rows(metis, "SELECT line_start, line_end, page_start, page_end FROM metis.chunk_citations_v2"
+                      " WHERE chunk_id = %s", (top.chunk_id,))
+    assert got == [(1, 9, None, None)]
+    assert (top.citation.line, top.citation.line_start, top.citation.line_end) == (9, 1, 9)
+    assert rows(metis, "SELECT line FROM metis.chunk_citations WHERE chunk_id = %s", (top.chunk_id,)) == [(1,)]
 
 
 def test_base_health_agrees_with_the_api(metis, small_base):

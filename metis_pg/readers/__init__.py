@@ -102,7 +102,8 @@ def clean_document(doc: Document) -> Document:
         return clean_text(text.replace("\x00", ""))
 
     sections = tuple(
-        Section(tuple(label(h) for h in s.headings), clean_text(s.text), s.page, s.line, s.char_start)
+        Section(tuple(label(h) for h in s.headings), clean_text(s.text), s.page, s.line, s.char_start,
+                s.line_map)
         for s in doc.sections
     )
     return Document(

@@ -231,17 +231,33 @@ class HeadingPath:
     """The stack of headings above the current text; a heading pops those at its level or deeper."""
 
     def __init__(self) -> None:
-        self._stack: list[tuple[int, str]] = []
+        self._stack: list[tuple[float, str, object]] = []
 
-    def push(self, level: int, text: str) -> None:
-        """Enter a heading of ``level`` (1 = outermost; 0 for a docx Title)."""
-        self._stack = [(lv, t) for lv, t in self._stack if lv < level]
-        self._stack.append((level, text))
+    def push(self, level: float, text: str, scope: object = None) -> None:
+        """Enter a heading of ``level`` (1 = outermost; 0 for a docx Title; HTML may nest at x.5).
+
+        ``scope``: what the reader knows of where the heading's section ends (HTML: its element).
+        """
+        self._stack = [entry for entry in self._stack if entry[0] < level]
+        self._stack.append((level, text, scope))
 
     @property
     def path(self) -> tuple[str, ...]:
         """The non-empty heading texts, outermost first."""
-        return tuple(t for _, t in self._stack if t)
+        return tuple(t for _, t, _ in self._stack if t)
+
+    @property
+    def deepest(self) -> tuple[float, object] | None:
+        """The level and scope of the innermost heading, or None."""
+        return (self._stack[-1][0], self._stack[-1][2]) if self._stack else None
+
+    def snapshot(self) -> tuple[tuple[float, str, object], ...]:
+        """Return the stack as it is now, for :meth:`restore`."""
+        return tuple(self._stack)
+
+    def restore(self, snapshot: tuple[tuple[float, str, object], ...]) -> None:
+        """Put back the stack a :meth:`snapshot` returned (the headings entered since are closed)."""
+        self._stack = list(snapshot)
 
 
 class TextBuilder:
@@ -257,7 +273,7 @@ class TextBuilder:
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._size = 0
-        # [headings, page, line, start, end] of each section, end exclusive, in the text.
+        # [headings, page, line, start, end, line_map] of each section, end exclusive, in the text.
         self._sections: list[list] = []
         self._built: tuple[int, list[Section]] | None = None
 
@@ -275,25 +291,35 @@ class TextBuilder:
         if text.strip():
             self._append(text.strip())
 
-    def body(self, text: str, headings: tuple[str, ...], *, page: int | None = None, line: int | None = None) -> None:
-        """Add a block of body text under ``headings``; whitespace-only blocks are dropped."""
+    def body(
+        self, text: str, headings: tuple[str, ...], *, page: int | None = None, line: int | None = None,
+        line_map: tuple[int, ...] = (),
+    ) -> None:
+        """Add a block of body text under ``headings``; whitespace-only blocks are dropped.
+
+        ``line`` is the source line where the block's first non-blank character is;
+        ``line_map`` (offsets into ``text`` as given) as :attr:`Section.line_map`.
+        """
         check_time_budget()
+        lead = len(text) - len(text.lstrip())
         text = text.strip()
         if not text:
             return
+        if lead and line_map:
+            line_map = tuple(v - lead if i % 2 == 0 else v for i, v in enumerate(line_map))
         last = self._sections[-1] if self._sections else None
         start = self._append(text)
         if last is not None and line is None and (last[0], last[1]) == (headings, page) and last[4] + 2 == start:
             last[4] = start + len(text)
         else:
-            self._sections.append([headings, page, line, start, start + len(text)])
+            self._sections.append([headings, page, line, start, start + len(text), line_map])
 
     @property
     def sections(self) -> list[Section]:
         """The sections so far, in document order."""
         if self._built is None or self._built[0] != self._size:
             text = self.text
-            self._built = (self._size, [Section(h, text[s:e], p, ln, s) for h, p, ln, s, e in self._sections])
+            self._built = (self._size, [Section(h, text[s:e], p, ln, s, lm) for h, p, ln, s, e, lm in self._sections])
         return self._built[1]
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Section", "Document"]
+__all__ = ["Section", "Document", "line_at"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,12 @@ class Section:
         line: 1-based line of the source file where ``text`` starts (md, txt,
             html), else None.
         char_start: offset (characters) of ``text[0]`` in ``Document.text``.
+        line_map: where the source line is not ``line`` + the newlines of ``text``
+            before an offset (HTML, whose whitespace is collapsed): flattened pairs
+            ``(offset in text, line), ...``, offsets increasing; the line at offset
+            ``o`` is the line of the last pair at or before ``o`` (``(0, line)``
+            when none) + the newlines of ``text`` between. Empty: ``line`` and
+            newlines alone give every line (md, txt).
     """
 
     headings: tuple[str, ...]
@@ -40,6 +46,7 @@ class Section:
     page: int | None
     line: int | None
     char_start: int
+    line_map: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +73,23 @@ class Document:
     sections: tuple[Section, ...]
     text: str
     warnings: tuple[str, ...] = ()
+
+
+def line_at(text: str, line: int | None, line_map: tuple[int, ...], offset: int) -> int | None:
+    """Return the source line of ``text[offset]`` (see :attr:`Section.line_map`); None when ``line`` is None.
+
+    Args:
+        text: a section's or a chunk's text.
+        line: the line where ``text`` starts.
+        line_map: flattened ``(offset, line)`` pairs, offsets increasing (may be empty).
+        offset: characters into ``text``; clamped to ``[0, len(text)]``.
+    """
+    if line is None:
+        return None
+    offset = max(0, min(offset, len(text)))
+    anchor, at = 0, line
+    for i in range(0, len(line_map) - 1, 2):
+        if line_map[i] > offset:
+            break
+        anchor, at = line_map[i], line_map[i + 1]
+    return at + text.count("\n", anchor, offset)

@@ -30,6 +30,7 @@ instead of 2 s.
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,147 @@ _BLOCKS = {
 _CELLS = {"td", "th"}
 
 
+_WORD = re.compile(r"\S+")
+
+
+def _collapse_lines(raw: str, line: int | None) -> tuple[str, tuple[int, ...]]:
+    """Return ``collapse(raw)`` and its line map: ``(offset, line)`` after each run of whitespace
+    holding newlines (``line``: the source line of the first non-blank character; None: no map)."""
+    if line is None:
+        return collapse(raw), ()
+    words: list[str] = []
+    line_map: list[int] = []
+    size, previous_end = 0, None
+    for m in _WORD.finditer(raw):
+        if previous_end is not None:
+            size += 1
+            newlines = raw.count("\n", previous_end, m.start())
+            if newlines:
+                line += newlines
+                line_map += (size, line)
+        words.append(m.group())
+        size += m.end() - m.start()
+        previous_end = m.end()
+    return " ".join(words), tuple(line_map)
+
+
+#: Inline tags: no heading scope ends with one (the walker marks only the end of the others).
+_INLINE = {
+    "a", "abbr", "acronym", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font", "i",
+    "img", "ins", "kbd", "label", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup",
+    "time", "tt", "u", "var", "wbr", "br",
+}  # fmt: skip
+#: Boilerplate by tag name: navigation and sidebars always; page headers and footers outside an article.
+_NAV_TAGS = {"nav", "aside"}
+_PAGE_TAGS = {"header", "footer"}
+_NAV_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar", "toolbar"}
+#: Pieces of a class or id (split at ``-``, ``_``, space) that name navigation or page furniture.
+_NAV_PIECES = {
+    "nav", "navbar", "navheader", "navfooter", "navigation", "navlinks", "breadcrumb", "breadcrumbs", "sidebar",
+    "sphinxsidebar", "sidenav", "menu", "menubar", "related", "pagination", "pager", "skiplink", "skip",
+    "cookie", "cookies", "banner", "masthead",
+}  # fmt: skip
+#: Pieces naming a page header or footer: dropped unless the element holds a heading (a ``page-header`` <h1>).
+_FURNITURE_PIECES = {"header", "footer", "topbar", "bottombar"}
+_PIECE = re.compile(r"[-_\s]+")
+
+
+#: Ancestors looked at above an element (a page nested deeper is tag soup: linear time first).
+MAX_ANCESTORS = 256
+
+
+def _ancestors(node: Tag) -> Iterator[Tag]:
+    """The element's parents, innermost first, at most MAX_ANCESTORS of them."""
+    for n, parent in enumerate(node.parents):
+        if n >= MAX_ANCESTORS:
+            return
+        yield parent
+
+
+def _pieces(node: Tag) -> set[str]:
+    names = node.get("class") or []
+    if isinstance(names, str):
+        names = [names]
+    ident = node.get("id")
+    text = " ".join([*names, ident if isinstance(ident, str) else ""]).lower()
+    return set(_PIECE.split(text)) if text.strip() else set()
+
+
+def _is_boilerplate(node: Tag) -> bool:
+    """True for navigation, sidebars, page headers and footers (module docstring: what stays out)."""
+    name = node.name
+    if name in _NAV_TAGS:
+        return True
+    if name in _PAGE_TAGS:
+        return not any(p.name in ("article", "main") for p in _ancestors(node))
+    if not node.attrs:
+        return False
+    role = node.get("role")
+    if isinstance(role, str) and role.strip().lower() in _NAV_ROLES:
+        return True
+    if name in ("html", "body", "main", "article"):
+        return False
+    pieces = _pieces(node)
+    if not pieces:
+        return False
+    if pieces & _NAV_PIECES:
+        return True
+    return bool(pieces & _FURNITURE_PIECES) and not _find_below(node, heading=True)
+
+
+#: Nodes looked at below an element to find text or a heading in it (past that: assumed found).
+MAX_LOOKAHEAD_NODES = 300
+
+
+def _find_below(node: object, heading: bool) -> bool:
+    """True when ``node`` holds non-blank text (``heading``: a heading element), looking at no more
+    than MAX_LOOKAHEAD_NODES nodes (bs4's own searches first walk the whole subtree)."""
+    stack = [node]
+    for _ in range(MAX_LOOKAHEAD_NODES):
+        if not stack:
+            return False
+        n = stack.pop()
+        if isinstance(n, Tag):
+            if n.name in _DROPPED:
+                continue
+            if heading and n.name in _HEADINGS:
+                return True
+            stack.extend(reversed(n.contents))
+        elif not heading and type(n) in (NavigableString, CData) and not n.isspace() and n:
+            return True
+    return bool(stack)
+
+
+def _has_text(node: object) -> bool:
+    return _find_below(node, heading=False)
+
+
+def _scope(heading: Tag) -> Tag | None:
+    """Return the element a heading labels the rest of: its nearest ancestor holding text after it
+    (a ``<div class="note"><h3>Note</h3><p>…`` box, a ``<section>``, else the body), not inline."""
+    node = heading
+    for parent in _ancestors(heading):
+        if parent.name not in _INLINE and any(_has_text(sibling) for sibling in node.next_siblings):
+            return parent
+        node = parent
+    return None
+
+
+def _inside(node: Tag | None, container: object) -> bool:
+    """True when ``node`` is a strict descendant of ``container`` (an element)."""
+    if node is None or not isinstance(container, Tag) or node is container:
+        return False
+    return any(parent is container for parent in _ancestors(node))
+
+
+def _main_content(soup: BeautifulSoup) -> Tag:
+    """Return the page's ``<main>`` (or ``role="main"``) element when it has text, else the whole page."""
+    main = soup.find("main") or soup.find(attrs={"role": "main"})
+    if isinstance(main, Tag) and _has_text(main):
+        return main
+    return soup
+
+
 class _Walker:
     """Walks the tree in document order, flushing one body block at each block boundary."""
 
@@ -64,10 +206,13 @@ class _Walker:
         self._buffer: list[str] = []
         self._buffer_has_text = False  # some non-whitespace in _buffer (not joined per table cell)
         self._line: int | None = None
+        # (element, heading path before its first heading): the element's headings close where it ends.
+        self._scopes: list[tuple[Tag, tuple[tuple[int, str], ...]]] = []
 
     def flush(self) -> None:
         if self._buffer:
-            self.out.body(collapse("".join(self._buffer)), self.path.path, line=self._line)
+            text, line_map = _collapse_lines("".join(self._buffer), self._line)
+            self.out.body(text, self.path.path, line=self._line, line_map=line_map)
         self._buffer, self._buffer_has_text, self._line = [], False, None
 
     def _add(self, content: str) -> None:
@@ -93,20 +238,35 @@ class _Walker:
                 check_time_budget()
             node, leaving = stack.pop()
             if leaving:
-                self.flush()
+                self.leave(node)
             elif isinstance(node, Tag):
                 self.tag(node, stack)
             elif type(node) in (NavigableString, CData):
                 self.text(node)
 
+    def leave(self, node: Tag) -> None:
+        if node.name in _BLOCKS or (self._scopes and self._scopes[-1][0] is node):
+            self.flush()
+        while self._scopes and self._scopes[-1][0] is node:
+            self.path.restore(self._scopes.pop()[1])
+
     def tag(self, node: Tag, stack: list[tuple[object, bool]]) -> None:
         name = node.name
-        if name in _DROPPED:
+        if name in _DROPPED or ((name in _BOILERPLATE_CANDIDATES or node.attrs) and _is_boilerplate(node)):
             return
         if name in _HEADINGS:
             self.flush()
             heading = collapse(node.get_text())
-            self.path.push(_HEADINGS[name], heading)
+            scope = _scope(node)
+            if scope is not None and not (self._scopes and self._scopes[-1][0] is scope):
+                self._scopes.append((scope, self.path.snapshot()))
+            level = _HEADINGS[name]
+            deepest = self.path.deepest
+            if deepest is not None and deepest[0] >= level and deepest[0] % 1 == 0 and _inside(scope, deepest[1]):
+                # A box inside the current section (a note): nested under it, not its sibling. Once
+                # only (a box in a box is the box's sibling), so the path stays as short as the levels.
+                level = deepest[0] + 0.5
+            self.path.push(level, heading, scope)
             self.out.heading(heading)
             if name == "h1" and self.first_h1 is None and heading:
                 self.first_h1 = heading
@@ -124,8 +284,12 @@ class _Walker:
             self._add(" ")
         if name in _BLOCKS:
             self.flush()
+        if name not in _INLINE:
             stack.append((node, True))
         stack.extend((child, False) for child in reversed(node.contents))
+
+
+_BOILERPLATE_CANDIDATES = _NAV_TAGS | _PAGE_TAGS
 
 
 _gc_lock = threading.Lock()
@@ -184,7 +348,7 @@ def read(path: str, data: bytes) -> Document:
         with _gc_paused():
             soup = BeautifulSoup(_defuse(text), "html.parser")
             walker = _Walker()
-            walker.walk(soup)
+            walker.walk(_main_content(soup))
             walker.flush()
             title_tag = soup.find("title")
             title = collapse(title_tag.get_text()) if title_tag else ""

@@ -13,8 +13,15 @@ Rules:
   the first page's error), or no text layer (scanned images: OCR first).
 - Pages without extractable text, or whose extraction fails, are skipped with
   a warning; a PDF where no page has text is refused with the reason above.
-- No headings (PDF outlines are not read). Title: the metadata title, else the
-  first line of text when short, else the file name.
+- Headings come from the outline (bookmarks), nesting as their level: an entry
+  opens its section on its page where its title is found in the page's text
+  (case and spacing aside; a short number before it, such as ``2.1``, and a
+  short rest of its line go with it), else at the top of that page; the title
+  line is then a heading, in no section's text. Entries go in outline order, a
+  chunk never crosses one, and the path carries over to the next pages. An
+  outline that cannot be read (broken references) is ignored: no headings, as
+  for a PDF without one. Title: the metadata title, else the first line of text
+  when short, else the file name.
 
 ``Document.text`` is the pages' text joined by blank lines.
 """
@@ -23,12 +30,13 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pypdf import PdfReader
 
-from ._common import TextBuilder, check_time_budget, collapse, file_title, first_line_title, unreadable
+from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, first_line_title, unreadable
 from .document import Document
 
 __all__ = ["read"]
@@ -82,6 +90,73 @@ def _why(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
+#: Outline entries read at most (a PDF may hold a huge or cyclic outline).
+MAX_OUTLINE_ENTRIES = 20_000
+#: A line's text before or after an outline title that still goes with the heading (characters).
+_HEADING_SLACK = 12
+
+
+def _outline(reader: PdfReader) -> dict[int, list[tuple[int, str]]]:
+    """Return the outline as ``{0-based page: [(level, title), ...]}`` in outline order ({} if none or unreadable)."""
+    try:
+        ordered = _document_order(reader.outline)
+    except Exception:  # a broken outline costs the headings only
+        return {}
+    entries: dict[int, list[tuple[int, str]]] = {}
+    for level, title, item in ordered[:MAX_OUTLINE_ENTRIES]:
+        try:
+            page = reader.get_destination_page_number(item)
+        except Exception:
+            continue
+        if page is not None and page >= 0:
+            entries.setdefault(page, []).append((level, title))
+    return entries
+
+
+def _document_order(outline: list) -> list[tuple[int, str, object]]:
+    """Flatten pypdf's nested outline (a list after an entry holds its children) in reading order."""
+    out: list[tuple[int, str, object]] = []
+    stack: list[tuple[list, int, int]] = [(outline, 0, 1)]
+    while stack and len(out) <= MAX_OUTLINE_ENTRIES:
+        items, index, level = stack.pop()
+        if index >= len(items):
+            continue
+        stack.append((items, index + 1, level))
+        item = items[index]
+        if isinstance(item, list):
+            stack.append((item, 0, level + 1))
+            continue
+        title = collapse(str(getattr(item, "title", "") or ""))
+        if title:
+            out.append((level, title, item))
+    return out
+
+
+def _title_pattern(title: str) -> re.Pattern[str]:
+    return re.compile(r"\s+".join(re.escape(w) for w in title.split()), re.IGNORECASE)
+
+
+def _page_sections(out: TextBuilder, path: HeadingPath, text: str, number: int,
+                   entries: list[tuple[int, str]]) -> None:
+    """Add one page's text, cut where its outline entries' titles are found."""
+    pos = 0
+    for level, title in entries:
+        m = _title_pattern(title).search(text, pos)
+        if m is None:  # not found in the text: the entry opens its section here
+            path.push(level, title)
+            continue
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        start = line_start if len(text[line_start:m.start()].strip()) <= _HEADING_SLACK else m.start()
+        line_end = text.find("\n", m.end())
+        line_end = len(text) if line_end < 0 else line_end
+        end = line_end if len(text[m.end():line_end].strip()) <= _HEADING_SLACK else m.end()
+        out.body(text[pos:start], path.path, page=number)
+        path.push(level, title)
+        out.heading(collapse(text[start:end]))
+        pos = end
+    out.body(text[pos:], path.path, page=number)
+
+
 def read(path: str, data: bytes) -> Document:
     """Return the Document of a PDF's bytes, one section per page with text.
 
@@ -100,6 +175,8 @@ def read(path: str, data: bytes) -> Document:
         raise unreadable(path, f"corrupt PDF: pages not readable ({_why(exc)})") from exc
     if not pages:
         raise unreadable(path, "PDF without pages")
+    outline = _outline(reader)
+    headings = HeadingPath()
     for number, page in enumerate(pages, start=1):
         check_time_budget()
         with _pypdf_complaints() as complaints:
@@ -111,7 +188,7 @@ def read(path: str, data: bytes) -> Document:
                 continue
         text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
         if text.strip():
-            out.body(text, (), page=number)
+            _page_sections(out, headings, text, number, outline.get(number - 1, []))
         elif complaints.messages:  # e.g. a content stream pypdf could not decompress
             failed.append((number, complaints.messages[0][:200]))
             warnings.append(f"{path}: page {number}: text not extracted ({complaints.messages[0][:200]})")
@@ -130,5 +207,5 @@ def read(path: str, data: bytes) -> Document:
         meta_title = collapse(reader.metadata.title or "") if reader.metadata else ""
     except Exception:  # a broken /Info dictionary costs only the title
         meta_title = ""
-    title = meta_title or first_line_title(out.sections[0].text) or file_title(path)
+    title = meta_title or first_line_title(out.text) or file_title(path)
     return Document(path, title, "pdf", tuple(out.sections), out.text, tuple(warnings))

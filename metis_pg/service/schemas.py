@@ -174,8 +174,12 @@ class CitationOut(BaseModel):
     document: str
     title: str
     kind: str
-    page: int | None = Field(None, description="PDF page (absent for other kinds)")
-    line: int | None = Field(None, description="first line (absent for PDF)")
+    page: int | None = Field(None, description="PDF page of the snippet's sentence (absent for other kinds)")
+    page_start: int | None = Field(None, description="first PDF page of the passage (with page)")
+    page_end: int | None = Field(None, description="last PDF page of the passage (with page)")
+    line: int | None = Field(None, description="line where the snippet's sentence starts (absent for PDF, docx)")
+    line_start: int | None = Field(None, description="first line of the passage (with line)")
+    line_end: int | None = Field(None, description="last line of the passage (with line)")
     headings: list[str]
     snippet: str
 

@@ -184,7 +184,7 @@ legs_done AS (
            (SELECT max(done_at) FROM keyword) AS keyword_done_at
 )
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
-       c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end,
+       c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
        statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
