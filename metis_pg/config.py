@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .tokenizer import TOKENIZER_VERSION
 
 __all__ = [
     "BaseSpec",
@@ -105,6 +106,9 @@ class BaseSpec:
             with a weight per list). Finite, >= 0, not both 0; default 1 and 1 (plain RRF).
             A search may override rrf_k and both weights (``fusion=``).
         max_file_bytes: files above this size are skipped with a warning.
+        tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
+            were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of
+            an older version (reusing its vectors); searches meanwhile warn ``TOKENIZER_CHANGED``.
     """
 
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
@@ -127,6 +131,7 @@ class BaseSpec:
     dense_weight: float = 1.0
     keyword_weight: float = 1.0
     max_file_bytes: int = 20_000_000
+    tokenizer_version: int = TOKENIZER_VERSION
 
     def __post_init__(self) -> None:
         if self.query_prefix is None:
@@ -177,9 +182,12 @@ class BaseSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "BaseSpec":
-        """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers)."""
+        """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers).
+
+        A spec stored before the tokenizer had a version was made by version 1.
+        """
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{"tokenizer_version": 1, **{k: v for k, v in data.items() if k in names}})
 
 
 #: The fusion parameters of a base's spec that a search may override (``fusion=``).

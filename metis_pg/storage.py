@@ -295,6 +295,17 @@ def drop_base(conn: psycopg.Connection, name: str) -> None:
         conn.execute("DELETE FROM bases WHERE base_id = %s", (base.base_id,))
 
 
+def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[int], version: int) -> bool:
+    """Record that the base's postings are tokenizer `version`'s; return whether it did.
+
+    It does when no document of a folder source other than `source_ids` (those a run
+    just re-read) is left; the notes and facts source (no folder) does not count.
+    """
+    row = conn.execute(sqlfiles.load("storage/mark_tokenized"),
+                       {"base_id": base_id, "source_ids": list(source_ids), "version": version}).fetchone()
+    return row is not None
+
+
 def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:
     """Set a base's status (``ready``, ``indexing``, ``waiting``); `indexed` stamps last_indexed_at."""
     conn.execute(
