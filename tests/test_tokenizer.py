@@ -438,3 +438,57 @@ def test_a_base_tokenized_by_an_older_version_warns_until_index_re_tokenizes_it(
         assert "TOKENIZER_CHANGED" not in _warning_codes(fresh)
         assert fresh.results[0].citation.document == "b-contraction.txt"
         assert metis.index(base_name, folder).unchanged == 3
+
+
+COMPOUNDS = {
+    "a-policy.txt": "Die Passwortrichtlinie verlangt zwölf Zeichen und eine Ziffer.",
+    "b-printer.txt": "Der Drucker im zweiten Stock druckt wieder. Ticket PO-2231 ist erledigt.",
+    "c-policy-nl.txt": "Het wachtwoordbeleid geldt voor alle medewerkers.",
+}
+
+
+def _keyword(metis, name: str, question: str) -> list[tuple[str, float]]:
+    answer = metis.search(name, question, mode="keyword", top_k=5)
+    return [(r.citation.document, r.scores.keyword) for r in answer.results]
+
+
+def test_a_word_found_only_inside_a_compound_finds_it_below_an_exact_match(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    _words_only_base(metis, base_name)
+    folder = write_corpus(tmp_path, COMPOUNDS)
+    metis.index(base_name, folder)
+    # German and Dutch: the question's word is only inside a longer word of the base.
+    compound = _keyword(metis, base_name, "Passwort")
+    assert [d for d, _ in compound] == ["a-policy.txt"]
+    assert [d for d, _ in _keyword(metis, base_name, "wachtwoord")] == ["c-policy-nl.txt"]
+    assert [d for d, _ in _keyword(metis, base_name, "Passwort Drucker")][:2] == ["b-printer.txt", "a-policy.txt"]
+    # The expanded word counts half of the same word written exactly.
+    exact = _keyword(metis, base_name, "Passwortrichtlinie")
+    assert exact[0][0] == "a-policy.txt"
+    assert compound[0][1] == pytest.approx(exact[0][1] * 0.5)
+    # Once a chunk holds the word itself, it is matched exactly and ranks above the compound,
+    # which is no longer searched (the word is found, not "only inside a longer word").
+    write_corpus(folder, {"d-exact.txt": "Das Passwort wird jeden Monat geändert."})
+    metis.index(base_name, folder)
+    assert [d for d, _ in _keyword(metis, base_name, "Passwort")] == ["d-exact.txt"]
+
+
+def test_compound_expansion_leaves_identifiers_short_words_and_present_words_alone(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    from metis_pg import retrieval
+
+    _words_only_base(metis, base_name)
+    metis.index(base_name, write_corpus(tmp_path, COMPOUNDS))
+    with metis.pool.connection() as conn:
+        base_id = conn.execute("SELECT base_id FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
+        expand = lambda question: retrieval.compound_terms(conn, [base_id], query_terms(question))  # noqa: E731
+        assert expand("Passwort") == ["passwortrichtlinie"]
+        assert expand("drucker passwort") == ["passwortrichtlinie"]  # drucker is in the base
+        assert expand("PO-2231") == [] and expand("po22") == []      # identifiers: exact as before
+        assert expand("pass wort") == []                              # under 5 letters
+        assert expand("richtlinie") == ["passwortrichtlinie"]        # a part at the end too
+        assert expand("zeichen") == []                               # present: never expanded
+    # An identifier search ranks exactly as without the expansion.
+    assert [d for d, _ in _keyword(metis, base_name, "PO-2231")] == ["b-printer.txt"]
