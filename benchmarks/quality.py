@@ -39,7 +39,7 @@ import metis_pg
 import shared_sets as datasets
 from metis_pg import evaluation, retrieval
 from metis_pg.config import BaseSpec, Settings
-from metis_pg.tokenizer import query_terms
+from metis_pg.tokenizer import TOKENIZER_VERSION, query_terms
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 err = Console(stderr=True)
@@ -155,6 +155,25 @@ def fusion_study(m: metis_pg.Metis, base: str, eval_set: evaluation.EvalSet, pro
     return out
 
 
+def _retokenize(m: metis_pg.Metis, base: str, eval_set: evaluation.EvalSet) -> None:
+    """Index the set's corpus again when its base's postings are an older tokenizer's.
+
+    The run reads every document and reuses the stored vector of each unchanged chunk
+    text, so it embeds nothing (``docs/tokenizing.md``, "Tokenizer versions").
+    """
+    try:
+        row = m._base_row(base)
+    except metis_pg.BaseNotFound:
+        return
+    version = BaseSpec.from_json(row.spec).tokenizer_version
+    if version == TOKENIZER_VERSION or eval_set.corpus is None:
+        return
+    t0 = time.perf_counter()
+    report = m.index(base, eval_set.corpus)
+    err.print(f"{base}: re-tokenized (version {version} -> {TOKENIZER_VERSION}): {report.changed} documents,"
+              f" {report.chunks_embedded} chunks embedded, {time.perf_counter() - t0:.1f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", help="run only this set (repeatable)")
@@ -178,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                     results["sets"][spec.name] = {"skipped": "not indexed"}
                     continue
             eval_set = spec.load(home)
+            _retokenize(m, spec.base_name, eval_set)
             try:
                 _cached(m, BaseSpec.from_json(m.base(spec.base_name).spec), eval_set)
             except metis_pg.BaseNotFound:
