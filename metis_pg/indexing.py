@@ -376,7 +376,8 @@ def index_paths(
                 + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
             )
 
-    if retokenize and not run.failed:
+    # Re-tokenized only when every document of those sources was read: whole folders, all listed.
+    if retokenize and not run.failed and not unlisted and all(deletes for _, _, _, deletes in plans):
         with pool.connection() as conn:
             if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
                 spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)

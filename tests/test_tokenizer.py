@@ -428,6 +428,11 @@ def test_a_base_tokenized_by_an_older_version_warns_until_index_re_tokenizes_it(
         assert "TOKENIZER_CHANGED" in _warning_codes(stale)
         assert "TOKENIZER_CHANGED" not in _warning_codes(metis.search(base_name, "won't fix", mode="dense"))
 
+        # One file of the folder is not the whole base: still the older version afterwards.
+        one = metis.index(base_name, folder / "a-unrelated.txt")
+        assert (one.changed, one.chunks_embedded) == (1, 0)
+        assert "TOKENIZER_CHANGED" in _warning_codes(metis.search(base_name, "won't fix", mode="keyword"))
+
         again = metis.index(base_name, folder)
         assert (again.changed, again.unchanged, again.chunks_embedded) == (3, 0, 0)  # vectors reused
         assert not [w for w in again.warnings if "tokenizer" in w]
