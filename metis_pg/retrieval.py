@@ -22,13 +22,16 @@ from .errors import InvalidInput
 from .readers import KINDS
 
 __all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms",
-           "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_WEIGHT"]
+           "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
 
 #: A question word this long (characters, letters only) that no chunk holds is looked for
 #: inside the longer words of the bases (compounds: ``passwort`` -> ``passwortrichtlinie``).
 COMPOUND_MIN_CHARS = 5
 #: Longer words kept per such question word, most frequent first.
 COMPOUND_PER_TERM = 8
+#: Characters a longer word must have beyond the question word: the rest of a compound is a word
+#: (``passwort|richtlinie``), inflections add fewer (``configuration|s``, ``network|ing``).
+COMPOUND_MIN_REST = 4
 #: Weight of an expanded word in BM25 (an exact term weighs 1).
 COMPOUND_WEIGHT = 0.5
 
@@ -150,7 +153,9 @@ def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Seq
 
     Only words of :data:`COMPOUND_MIN_CHARS` letters or more (no digits: identifiers are
     never expanded) that are absent from every base searched are looked for, each inside
-    the bases' vocabulary; at most :data:`COMPOUND_PER_TERM` per word, most frequent first.
+    the bases' vocabulary, in words at least :data:`COMPOUND_MIN_REST` characters longer (the
+    rest of a compound is a word; an inflection is not); at most :data:`COMPOUND_PER_TERM`
+    per word, most frequent first.
     A word present anywhere in the bases gives nothing, so its exact matches rank as before.
     Returned distinct, none of them in `terms`, in the order of `terms` (``sql/search/compound_expand.sql``).
     """
@@ -158,7 +163,8 @@ def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Seq
     if not candidates:
         return []
     rows = conn.execute(sqlfiles.load("search/compound_expand"),
-                        {"base_ids": list(base_ids), "candidates": candidates, "per_term": COMPOUND_PER_TERM}).fetchall()
+                        {"base_ids": list(base_ids), "candidates": candidates, "per_term": COMPOUND_PER_TERM,
+                         "min_rest": COMPOUND_MIN_REST}).fetchall()
     by_term: dict[str, list[str]] = {}
     for term, expansion, _ in rows:
         by_term.setdefault(term, []).append(expansion)

@@ -352,11 +352,11 @@ def test_bm25_equals_bm25s_on_a_real_corpus(metis, base_name, shared_data):
     for question in questions:
         q = [t for t in dict.fromkeys(query_terms(question)) if t in oracle.vocab_dict]
         # Compound expansion (retrieval.compound_terms), written out: a word of 5+ letters in no
-        # chunk -> the 8 most frequent longer words holding it, each at half weight.
+        # chunk -> the 8 most frequent words holding it and 4+ characters longer, at half weight.
         extra = list(dict.fromkeys(
             word
             for t in dict.fromkeys(query_terms(question)) if len(t) >= 5 and t.isalpha() and t not in df
-            for word in sorted((w for w in df if t in w and w != t), key=lambda w: (-df[w], w))[:8]
+            for word in sorted((w for w in df if t in w and len(w) >= len(t) + 4), key=lambda w: (-df[w], w))[:8]
             if word not in q
         ))
         expanded_questions += bool(extra)

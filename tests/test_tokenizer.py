@@ -449,6 +449,8 @@ COMPOUNDS = {
     "a-policy.txt": "Die Passwortrichtlinie verlangt zwölf Zeichen und eine Ziffer.",
     "b-printer.txt": "Der Drucker im zweiten Stock druckt wieder. Ticket PO-2231 ist erledigt.",
     "c-policy-nl.txt": "Het wachtwoordbeleid geldt voor alle medewerkers.",
+    "e-inflections.txt": "Configurations of networking tools. \u0627\u0644\u0639\u0644\u0627\u0642\u0627\u062a"
+                         " \u0627\u0644\u0627\u062c\u062a\u0645\u0627\u0639\u064a\u0629.",
 }
 
 
@@ -495,5 +497,9 @@ def test_compound_expansion_leaves_identifiers_short_words_and_present_words_alo
         assert expand("pass wort") == []                              # under 5 letters
         assert expand("richtlinie") == ["passwortrichtlinie"]        # a part at the end too
         assert expand("zeichen") == []                               # present: never expanded
+        # Inflections and clitics add fewer than 4 characters: not compounds (arcd-q127: "the
+        # meeting" al-ijtima' is not "social" al-ijtima'iya).
+        assert expand("configuration network") == []
+        assert expand("\u0627\u0644\u0627\u062c\u062a\u0645\u0627\u0639") == []
     # An identifier search ranks exactly as without the expansion.
     assert [d for d, _ in _keyword(metis, base_name, "PO-2231")] == ["b-printer.txt"]

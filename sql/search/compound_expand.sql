@@ -9,6 +9,9 @@
 --   %(candidates)s    text[]  the question's terms that may be expanded (the caller keeps words of
 --                             at least COMPOUND_MIN_CHARS letters)
 --   %(per_term)s      int     longer words kept per question word, most frequent first
+--   %(min_rest)s      int     characters a longer word has beyond the question's word, at least: the
+--                             rest of a compound is a word (Passwort|richtlinie), while inflections
+--                             and clitics add 1-3 (configuration|s, network|ing, Arabic al-ijtima'|iya)
 --
 -- Returns: term (the question's word), expansion (a longer vocabulary word containing it), df
 -- (its document frequency summed over the bases), ordered by term, df descending, expansion.
@@ -29,7 +32,7 @@ CROSS JOIN LATERAL (
     FROM bm25_terms AS bt
     WHERE bt.base_id = ANY(%(base_ids)s::int[])
       AND bt.df > 0
-      AND char_length(bt.term) > char_length(a.term)
+      AND char_length(bt.term) >= char_length(a.term) + %(min_rest)s
       AND strpos(bt.term, a.term) > 0
     GROUP BY bt.term
     ORDER BY sum(bt.df) DESC, bt.term
