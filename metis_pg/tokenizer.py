@@ -54,7 +54,9 @@ Apostrophes are connectors: a contraction or elision gives its pieces (a single
 letter dropped, as always) and the pieces joined: ``won't`` and ``won’t`` → ``won``
 ``wont``; ``l'été`` → ``ete`` ``lete``; ``dell'arte`` → ``dell`` ``arte`` ``dellarte``.
 So ``won't`` finds ``won’t`` by both its terms, while an unrelated "won" only by one,
-and a lone ``t`` or ``l`` is never a term.
+and a lone ``t`` or ``l`` is never a term. A final ``'s`` (English possessive, or *is*)
+joins nothing: ``lyapunov's`` → ``lyapunov``, ``it's`` → ``it`` (a joined ``lyapunovs``
+would only tie a chunk to the other possessives).
 
 So the ways of writing a letters-and-number identifier give the same terms,
 and each finds the others with every term matching: ``PO-2231``,
@@ -348,6 +350,8 @@ def _group_terms(group: str, before: str, out: list[str]) -> str:
     """
     append = out.append
     parts = _SPLIT_CONNECTORS.split(group)  # run, connector, run, connector, run, ...
+    if len(parts) > 2 and parts[-1] == "s" and parts[-2] == "'":  # English 's: no joined form
+        parts = parts[:-2]
     runs = parts[0::2]
     joined: list[str] = []
     letters = before  # the letters atom right before the next run (R3)

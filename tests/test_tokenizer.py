@@ -32,7 +32,9 @@ CASES = [
     ("l'été", ["ete", "lete"]),
     ("dell’arte", ["dell", "arte", "dellarte"]),
     ("rock'n'roll", ["rock", "roll", "rocknroll"]),
-    ("it's the users' 'quoted' files", ["it", "its", "the", "users", "quoted", "files"]),
+    ("it's the users' 'quoted' files", ["it", "the", "users", "quoted", "files"]),
+    ("Lyapunov's method, O'Reilly's book", ["lyapunov", "method", "reilly", "oreilly", "book"]),
+    ("rock'n's", ["rock", "rockn"]),
     ("__init__", ["init"]),
     ("foo--bar", ["foo", "bar"]),
     # a single letter is dropped, a single digit kept
