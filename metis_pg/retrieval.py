@@ -152,14 +152,16 @@ def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Seq
     """Return the longer words of the bases that hold a question word found in no chunk.
 
     Only words of :data:`COMPOUND_MIN_CHARS` letters or more (no digits: identifiers are
-    never expanded) that are absent from every base searched are looked for, each inside
+    never expanded; not a joined form of the question's own words, such as ``mergedlayer``
+    of ``merged-layer``) that are absent from every base searched are looked for, each inside
     the bases' vocabulary, in words at least :data:`COMPOUND_MIN_REST` characters longer (the
     rest of a compound is a word; an inflection is not); at most :data:`COMPOUND_PER_TERM`
     per word, most frequent first.
     A word present anywhere in the bases gives nothing, so its exact matches rank as before.
     Returned distinct, none of them in `terms`, in the order of `terms` (``sql/search/compound_expand.sql``).
     """
-    candidates = [t for t in terms if len(t) >= COMPOUND_MIN_CHARS and t.isalpha()]
+    asked = set(terms)
+    candidates = [t for t in terms if len(t) >= COMPOUND_MIN_CHARS and t.isalpha() and not _joined(t, asked)]
     if not candidates:
         return []
     rows = conn.execute(sqlfiles.load("search/compound_expand"),
@@ -168,9 +170,18 @@ def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Seq
     by_term: dict[str, list[str]] = {}
     for term, expansion, _ in rows:
         by_term.setdefault(term, []).append(expansion)
-    asked = set(terms)
     out = [e for t in candidates for e in by_term.get(t, ()) if e not in asked]
     return list(dict.fromkeys(out))
+
+
+def _joined(term: str, parts: set[str]) -> bool:
+    """Whether `term` is two or more of `parts` end to end: a joined form of the question
+    (``merged-layer`` -> ``mergedlayer``), whose words are searched already."""
+    ends = {0}
+    for end in range(1, len(term) + 1):
+        if any(start in ends and term[start:end] in parts and term[start:end] != term for start in range(end)):
+            ends.add(end)
+    return len(term) in ends
 
 
 def run_search(

@@ -356,6 +356,7 @@ def test_bm25_equals_bm25s_on_a_real_corpus(metis, base_name, shared_data):
         extra = list(dict.fromkeys(
             word
             for t in dict.fromkeys(query_terms(question)) if len(t) >= 5 and t.isalpha() and t not in df
+            and not retrieval._joined(t, set(query_terms(question)))
             for word in sorted((w for w in df if t in w and len(w) >= len(t) + 4), key=lambda w: (-df[w], w))[:8]
             if word not in q
         ))
