@@ -152,6 +152,19 @@ def _margin(dense_weight: float, margin: float) -> Callable[[str, list[Cand]], l
     return fuse
 
 
+def _gap(dense_weight: float, share: float) -> Callable[[str, list[Cand]], list[float]]:
+    """Weighted RRF, and the dense leg's first passage first when its lead over the second is at
+    least `share` of the spread of the leg's kept scores (first minus last): the margin rule
+    without a model's cosine scale."""
+    def fuse(question: str, cands: list[Cand]) -> list[float]:
+        fused = _rrf(dense_weight, 1.0)(question, cands)
+        ranked = sorted((c[0], i) for i, c in enumerate(cands) if c[0] is not None)
+        if len(ranked) > 2 and ranked[-1][0] - ranked[-2][0] >= share * (ranked[-1][0] - ranked[0][0]):
+            fused[ranked[-1][1]] += 1.0
+        return fused
+    return fuse
+
+
 def _routed(identifier: tuple[float, float], natural: tuple[float, float]) -> Callable[[str, list[Cand]], list[float]]:
     def fuse(question: str, cands: list[Cand]) -> list[float]:
         weights = identifier if evaluation.query_type(question) == "identifier" else natural
@@ -177,6 +190,7 @@ FUSION_OPTIONS: dict[str, Callable[[str, list[Cand]], list[float]]] = {
     "CC TMM a=.7": _convex(0.7, True),
     "CC TMM a=.8": _convex(0.8, True),
     "margin 2:1 / .02": _margin(2.0, 0.02),
+    "gap 2:1 / .15": _gap(2.0, 0.15),
     "agree 1.5:1 / 3:1": _agreement((1.5, 1.0), (3.0, 1.0)),
     "agree 1:1 / 3:1": _agreement((1.0, 1.0), (3.0, 1.0)),
 }
