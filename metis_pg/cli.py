@@ -1,7 +1,8 @@
 """The ``metis`` command (SPEC F18): parses, calls :mod:`metis_pg.api`, prints.
 
 Exit codes: 0 ok, 1 a bug (with traceback), 2 invalid input, 3 a model did not
-answer (``mode dense``), 4 base not found, 5 database unavailable. Errors are one
+answer (``mode dense``), 4 base (or document) not found, 5 database unavailable,
+6 base busy, 7 port in use (``serve``), 130 interrupted. Errors are one
 line ``error [CODE]: message`` on stderr, or with ``--json`` the object
 ``{"error": {"code", "message"}}`` on stdout.
 """
@@ -37,11 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["app", "main"]
 
+# Plain (click) help, not rich panels: flags show as flags (rich help printed `--json <bool>`), and
+# docs/cli.md is that text. --install-completion / --show-completion come from Typer (bash, zsh, fish).
 app = typer.Typer(help="Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF).",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True)
+                  no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None)
+base_app = typer.Typer(help="Create, list and drop bases.", no_args_is_help=True, rich_markup_mode=None)
+db_app = typer.Typer(help="The database: schema (Alembic migrations), the embedded server, local read replicas.", no_args_is_help=True,
+                     rich_markup_mode=None)
+eos_app = typer.Typer(help="The local Eos model server (bundled embedding model).", no_args_is_help=True,
+                      rich_markup_mode=None)
 app.add_typer(base_app, name="base")
 app.add_typer(db_app, name="db")
 app.add_typer(eos_app, name="eos")
@@ -63,6 +68,24 @@ def _visible(text: str) -> str:
 DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABASE_URL",
                                                   help="PostgreSQL URL; default: the embedded server.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonlOption = Annotated[bool, typer.Option("--jsonl", help="Print one JSON object per line (per result, per document).")]
+CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with a header row.")]
+MdOption = Annotated[bool, typer.Option("--md", help="Print Markdown: a list of cited passages (documents) to paste.")]
+FilesOption = Annotated[bool, typer.Option("--files", help="Print document paths only, one per line, each once.")]
+
+
+def _format(**flags: bool) -> str:
+    """Return the output format the flags ask for (``text`` when none).
+
+    Raises:
+        InvalidInput: more than one format flag.
+    """
+    global _json_mode
+    chosen = [name for name, on in flags.items() if on]
+    _json_mode = bool(chosen) and chosen[0] in ("json", "jsonl")
+    if len(chosen) > 1:
+        raise InvalidInput("choose one output format: " + " or ".join(f"--{c}" for c in chosen))
+    return chosen[0] if chosen else "text"
 
 _json_mode = False
 
@@ -107,8 +130,10 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def index(
-    paths: Annotated[list[Path], typer.Argument(help="Folders (each a source) or files.")],
-    base: Annotated[str, typer.Option("--base", "-b", help="Base name (created with defaults if missing).")],
+    paths: Annotated[Optional[list[Path]], typer.Argument(
+        help="Folders (each a source) or files. None: every folder source of --base again.")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", "-b", help="Base name (created with defaults if missing).")] = None,
+    all_bases: Annotated[bool, typer.Option("--all", help="Index every folder source of every base again.")] = False,
     source: Annotated[Optional[str], typer.Option("--source", help="Source name (default: the folder's name).")] = None,
     max_file_mb: Annotated[Optional[float], typer.Option(
         "--max-file-mb", min=0.000001, help="Skip files larger than this many MB (default: the base's, 20 MB).")] = None,
@@ -118,49 +143,98 @@ def index(
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Index folders and files into a base, incrementally.
+    """Index folders and files into a base, incrementally; with no path, read every source of the base again.
 
-    Example: metis index ./handbook --base docs --max-file-mb 50
+    \b
+    Examples:
+      metis index ./handbook --base docs --max-file-mb 50
+      metis index --base docs     # every folder docs was indexed from: new, changed, deleted files
+      metis index --all           # every base
     """
     global _json_mode
     _json_mode = as_json
+    if all_bases and (paths or base):
+        raise InvalidInput("--all reads every source of every base again: give no path and no --base")
+    if not all_bases and base is None:
+        raise InvalidInput("name the base: metis index FOLDER --base NAME (or --base NAME alone to read its "
+                           "sources again, --all for every base)")
+    if source is not None and not paths:
+        raise InvalidInput("--source names the source of the paths given; with no path every source keeps its name")
     max_file_bytes = None if max_file_mb is None else max(1, round(max_file_mb * 1_000_000))
+    options = {"max_file_bytes": max_file_bytes, "batch_documents": batch}
     with _open(dsn) as m:
-        report = _index_with_progress(m, base, paths, source, quiet=as_json, max_file_bytes=max_file_bytes,
-                                      batch_documents=batch)
+        if paths:
+            report = _index_with_progress(m, base, paths, source, quiet=as_json, **options)
+            if as_json:
+                _print_json(report.to_dict())
+            else:
+                _print_report(report)
+            return
+        names = [i.name for i in m.list_bases()] if all_bases else [base]
+        done: list[dict[str, Any]] = []
+        for name in names:
+            if all_bases and not m.sources(name):
+                continue  # a base of notes or facts only: nothing to read again
+            for s, report in _reindex_with_progress(m, name, quiet=as_json, **options):
+                done.append({**report.to_dict(), "source": s.name, "folder": s.root})
+                if not as_json:
+                    out.print(_visible(f"source {s.name} ({s.root})"))
+                    _print_report(report)
     if as_json:
-        _print_json(report.to_dict())
-    else:
-        _print_report(report)
+        _print_json(done)
+    elif not done:
+        out.print("no base has a folder source to index again")
+
+
+def _progress_bars(quiet: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]} · {task.fields[rates]}"),
+        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+        console=err, disable=quiet or not err.is_terminal, transient=True,
+    )
+
+
+def _progress_callbacks(bar: Progress) -> dict[str, Any]:
+    """The two callbacks of :meth:`Metis.index`: an "indexing" bar (documents), then "embedding" (chunks)."""
+    task = bar.add_task("indexing", total=None, unit="documents", rates="")
+    started = time.perf_counter()
+    embedding: dict[str, Any] = {}
+
+    def progress(done: int, total: int, chunks: int) -> None:
+        elapsed_s = max(time.perf_counter() - started, 1e-6)
+        rates = f"{chunks} chunks · {done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
+        bar.update(task, completed=done, total=total, rates=rates)
+
+    def embed_progress(done: int, total: int) -> None:
+        if not embedding:
+            embedding["task"] = bar.add_task("embedding", total=total, unit="chunks", rates="")
+            embedding["started"] = time.perf_counter()
+        elapsed_s = max(time.perf_counter() - embedding["started"], 1e-6)
+        bar.update(embedding["task"], completed=done, total=total, rates=f"{done / elapsed_s:.1f} chunks/s")
+
+    return {"on_progress": progress, "on_embed_progress": embed_progress}
 
 
 def _index_with_progress(m: Metis, base: str, paths: list[Path], source: str | None, *, quiet: bool,
                          max_file_bytes: int | None = None, batch_documents: int = 100) -> IndexReport:
     """Index with two bars on stderr: "indexing" (documents, words phase), then "embedding" (chunks)."""
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[unit]} · {task.fields[rates]}"),
-        TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-        console=err, disable=quiet or not err.is_terminal, transient=True,
-    ) as bar:
-        task = bar.add_task("indexing", total=None, unit="documents", rates="")
-        started = time.perf_counter()
-        embedding: dict[str, Any] = {}
+    with _progress_bars(quiet) as bar:
+        return m.index(base, *paths, source=source, max_file_bytes=max_file_bytes,
+                       batch_documents=batch_documents, **_progress_callbacks(bar))
 
-        def progress(done: int, total: int, chunks: int) -> None:
-            elapsed_s = max(time.perf_counter() - started, 1e-6)
-            rates = f"{chunks} chunks · {done / elapsed_s:.1f} documents/s, {chunks / elapsed_s:.1f} chunks/s"
-            bar.update(task, completed=done, total=total, rates=rates)
 
-        def embed_progress(done: int, total: int) -> None:
-            if not embedding:
-                embedding["task"] = bar.add_task("embedding", total=total, unit="chunks", rates="")
-                embedding["started"] = time.perf_counter()
-            elapsed_s = max(time.perf_counter() - embedding["started"], 1e-6)
-            bar.update(embedding["task"], completed=done, total=total, rates=f"{done / elapsed_s:.1f} chunks/s")
-
-        return m.index(base, *paths, source=source, on_progress=progress, max_file_bytes=max_file_bytes,
-                       batch_documents=batch_documents, on_embed_progress=embed_progress)
+def _reindex_with_progress(m: Metis, base: str, *, quiet: bool, **options: Any) -> list[tuple[Any, IndexReport]]:
+    """Index every folder source of `base` again, each with its own bars; return (source, report) pairs."""
+    pairs = []
+    found = m.sources(base)
+    if not found:
+        m.reindex(base)  # raises: the base has no folder source
+    for s in found:
+        with _progress_bars(quiet) as bar:
+            reports = m.reindex(base, only=[s.name], **options, **_progress_callbacks(bar))
+        pairs.append((s, reports[0]))
+    return pairs
 
 
 def _print_report(report: IndexReport) -> None:
@@ -182,7 +256,7 @@ def _print_report(report: IndexReport) -> None:
 def search(
     bases: Annotated[str, typer.Argument(help="Base name, or several separated by commas.")],
     question: Annotated[str, typer.Argument(help="The question.")],
-    mode: Annotated[str, typer.Option("--mode", "-m", help="hybrid, dense or keyword.")] = "hybrid",
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="hybrid (default), dense or keyword.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="Number of results (1-100).")] = 10,
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Skip the reranker.")] = False,
     prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
@@ -195,34 +269,62 @@ def search(
                           "(default: the base's, 1:1 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {_SPEC.rrf_k} unless set at creation).")] = None,
+    min_score: Annotated[Optional[float], typer.Option(
+        "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
+                            "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
+    consistent: Annotated[bool, typer.Option(
+        "--consistent", help="Read your writes: search a read replica only once it has replayed every write "
+                             "committed so far (else the primary).")] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
+    as_jsonl: JsonlOption = False,
+    as_csv: CsvOption = False,
+    as_md: MdOption = False,
+    as_files: FilesOption = False,
 ) -> None:
     """Search one or several bases; print cited passages with their scores.
 
-    Example: metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
+    \b
+    Examples:
+      metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
+      metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
     """
-    global _json_mode
-    _json_mode = as_json
+    from .formats import cut_below, search_output
+
+    fmt = _format(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
     names = [b.strip() for b in bases.split(",") if b.strip()]
     fusion = _fusion_option(weights, rrf_k)
     if compare:
+        if mode is not None:
+            raise InvalidInput(f"--compare asks all three modes (hybrid, dense, keyword): drop --mode {mode}")
+        if fmt not in ("text", "json"):
+            raise InvalidInput(f"--compare prints a table or --json, not --{fmt}")
+        if min_score is not None:
+            raise InvalidInput("--compare shows every passage of every mode: drop --min-score")
         with _open(dsn) as m:
             result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
                                filters={k: v for k, v in filters.items() if v}, fusion=fusion)
-        if as_json:
+        if fmt == "json":
             _print_json(result.to_dict())
         else:
             print_comparison(result)
         return
     with _open(dsn) as m:
-        answer = m.search(names, question, mode=mode, top_k=top_k, rerank=False if no_rerank else None,
-                          filters={k: v for k, v in filters.items() if v}, fusion=fusion)
-    if as_json:
-        _print_json(answer.to_dict())
-    else:
+        answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
+                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent)
+    answer, dropped = cut_below(answer, min_score)
+    if fmt == "text":
         print_answer(answer)
+        if dropped:
+            out.print(f"[dim]{dropped} results scored below --min-score {min_score:g} left out[/]", markup=True)
+        return
+    if fmt != "json":  # the other formats have no place for them: stderr, stdout stays a clean list
+        for w in answer.warnings:
+            err.print(f"warning: {w.message}")
+    if dropped:
+        err.print(f"{dropped} results scored below --min-score {min_score:g} left out")
+    sys.stdout.write(search_output(answer, fmt))
 
 
 def _fusion_option(weights: str | None, rrf_k: int | None) -> dict[str, Any] | None:
@@ -313,6 +415,101 @@ def print_comparison(result) -> None:
         f"{' · reranked' if result.reranked else ''} · took {result.took['total']:.0f} ms[/]",
         markup=True,
     )
+
+
+# -- get, ls -------------------------------------------------------------------
+
+
+@app.command("get")
+def get_command(
+    base: Annotated[str, typer.Argument(help="The base.")],
+    documents: Annotated[list[str], typer.Argument(
+        help="DOCUMENT (its path, as `metis ls` lists it), DOCUMENT:LINE (the chunk a search cites at that line), "
+             "'DOCUMENT p.N' (a PDF page), or a glob such as 'guide/*.md'; several.")],
+    source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    max_bytes: Annotated[Optional[int], typer.Option(
+        "--max-bytes", min=1, help="Print at most this many bytes (UTF-8) of each document's text, and say what "
+                                   "was cut.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print documents of a base as they are indexed (from their chunks), each with its citation.
+
+    \b
+    Examples:
+      metis get docs guide/leave.md:12     # the passage a search cited at line 12
+      metis get docs 'guide/*.md' --max-bytes 2000
+    """
+    global _json_mode
+    _json_mode = as_json
+    with _open(dsn) as m:
+        found = m.get(base, *documents, source=source)
+    shown = []
+    for d in found:
+        text = d.text
+        cut = _cut(text, max_bytes)
+        shown.append((d, cut, len(text.encode("utf-8"))))
+    if as_json:
+        _print_json([{**d.to_dict(), "text": cut, "bytes": size, "truncated": len(cut) < len(d.text)}
+                     for d, cut, size in shown])
+        return
+    for i, (d, cut, size) in enumerate(shown):
+        if i:
+            out.print("")
+        first = d.chunks[0] if d.chunks else None
+        heading = " > ".join(first.headings) if first is not None and first.headings and not d.whole else d.info.title
+        part = f"{len(d.chunks)} chunks" if d.whole else f"chunk {first.ordinal + 1} of {d.info.chunks}" if len(
+            d.chunks) == 1 else f"{len(d.chunks)} of {d.info.chunks} chunks"
+        out.print(_visible(f"{d.base} · {d.location()} · {heading}"))
+        out.print(_visible(f"source {d.info.source} · {d.info.kind} · {part} · indexed {d.info.indexed_at[:19]}"))
+        out.print("")
+        out.print(cut)
+        if len(cut) < len(d.text):
+            out.print(f"… cut at {len(cut.encode('utf-8'))} of {size} bytes (--max-bytes)")
+
+
+def _cut(text: str, max_bytes: int | None) -> str:
+    """Return `text` cut to at most `max_bytes` bytes of UTF-8, on a character boundary (None: whole)."""
+    if max_bytes is None:
+        return text
+    data = text.encode("utf-8")
+    return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", errors="ignore")
+
+
+@app.command("ls")
+def ls_command(
+    base: Annotated[str, typer.Argument(help="The base.")],
+    prefix: Annotated[Optional[str], typer.Argument(help="Only paths starting with it, e.g. guide/.")] = None,
+    source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+    as_jsonl: JsonlOption = False,
+    as_csv: CsvOption = False,
+    as_md: MdOption = False,
+    as_files: FilesOption = False,
+) -> None:
+    """List the documents of a base: path, kind, chunks, when indexed, source.
+
+    \b
+    Examples:
+      metis ls docs guide/
+      metis ls docs --files | grep -c '[.]pdf$'
+    """
+    from .formats import documents_output
+
+    fmt = _format(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
+    with _open(dsn) as m:
+        found = m.documents(base, prefix, source=source)
+    if fmt != "text":
+        sys.stdout.write(documents_output(found, fmt))
+        return
+    if not found:
+        out.print("no documents" + (f" starting with {prefix!r}" if prefix else ""))
+        return
+    width = max(len(_visible(d.document)) for d in found)
+    for d in found:
+        out.print(f"{_visible(d.document):<{width}}  {d.kind:<4}  {d.chunks:>5} chunks  "
+                  f"{d.indexed_at[:19].replace('T', ' ')}  {_visible(d.source)}")
 
 
 # -- eval --------------------------------------------------------------------
@@ -483,11 +680,14 @@ def status(
     _json_mode = as_json
     with _open(dsn) as m:
         infos = [m.base(base)] if base else m.list_bases()
+        replicas = [] if as_json else m.replica_status()  # METIS_READ_DATABASE_URLS: each replica's replay lag
     if as_json:
         _print_json([i.to_dict() for i in infos])
     else:
         for i in infos:
             out.print(_status_line(i))
+        for r in replicas:
+            out.print(_visible(r.line()))
 
 
 # -- reembed, notes, facts (SPEC F2, F3, F11) ---------------------------------
@@ -508,6 +708,7 @@ def reembed(
 
     New vectors are built beside the old ones and the base switches in one
     transaction; searches meanwhile use the old model, never a mix.
+
     Example: metis reembed docs --model e5-large --url http://127.0.0.1:8081 --dim 1024
     """
     global _json_mode
@@ -528,7 +729,8 @@ def reembed(
                   f"{report.vectors_deleted} old vectors deleted · {report.seconds:.1f} s")
 
 
-note_app = typer.Typer(help="A base's own notes: documents of the source metis-<base>.", no_args_is_help=True)
+note_app = typer.Typer(help="A base's own notes: documents of the source metis-<base>.", no_args_is_help=True,
+                       rich_markup_mode=None)
 app.add_typer(note_app, name="note")
 
 
@@ -673,6 +875,101 @@ def db_current(dsn: DsnOption = None) -> None:
     out.print(f"current {migrate.current_revision(resolved)} · head {migrate.head_revision()}")
 
 
+@db_app.command("stop")
+def db_stop(
+    force: Annotated[bool, typer.Option("--force", help="Stop it even while metis processes use it "
+                                                        "(they lose their connections).")] = False,
+) -> None:
+    """Stop the embedded PostgreSQL (in $METIS_HOME/pgdata) if it is running.
+
+    It stops by itself when the last metis process using it exits; one left behind (a
+    killed process, a `metis serve` you stopped with SIGKILL) keeps running until this.
+    The next metis command starts it again.
+
+    Example: metis db stop
+    """
+    from . import db
+    from .config import Settings
+
+    settings = Settings.from_env()
+    pgdata = settings.pgdata
+    pid = db.stop_embedded(pgdata, force=force)
+    if pid is None:
+        elsewhere = " (METIS_DATABASE_URL is set: metis uses that server, and never stops it)" \
+            if settings.database_url else ""
+        out.print(_visible(f"the embedded PostgreSQL in {pgdata} is not running{elsewhere}"))
+    else:
+        out.print(_visible(f"stopped the embedded PostgreSQL in {pgdata} (pid {pid})"))
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind `host`:`port` once, as uvicorn will (SO_REUSEADDR), so a busy port is one line, not a traceback.
+
+    Raises:
+        PortInUse: another process listens there.
+        ConfigError: the address cannot be bound at all (unknown host, a port below 1024 without rights).
+    """
+    import errno
+    import socket
+
+    from .errors import ConfigError, PortInUse
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(f"port {port} on {host} is in use by another process: stop it, or choose another "
+                                f"port with --port") from None
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+# -- read replicas (metis_pg.replicas) -----------------------------------------
+
+replica_app = typer.Typer(help="Local streaming standbys of the database (read replicas).", no_args_is_help=True,
+                          rich_markup_mode=None)
+db_app.add_typer(replica_app, name="replica")
+
+
+@replica_app.command("create")
+def replica_create(
+    path: Annotated[Path, typer.Argument(help="A new folder for the standby's data.")],
+    slot: Annotated[Optional[str], typer.Option("--slot", help="Replication slot name (default: from PATH).")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Make a streaming standby of the database in PATH (pg_basebackup -R, a replication slot) and start it.
+
+    Prints its URL: add it to METIS_READ_DATABASE_URLS. Example: metis db replica create /var/tmp/standby1
+    """
+    from . import db, replicas
+
+    url = replicas.create_standby(db.resolve_dsn(dsn), path, slot=slot)
+    out.print(url)
+
+
+@replica_app.command("start")
+def replica_start(path: Annotated[Path, typer.Argument(help="The standby's folder.")]) -> None:
+    """Start the standby in PATH again; print its URL. Example: metis db replica start /var/tmp/standby1"""
+    from . import replicas
+
+    out.print(replicas.start_standby(path))
+
+
+@replica_app.command("stop")
+def replica_stop(path: Annotated[Path, typer.Argument(help="The standby's folder.")]) -> None:
+    """Stop the standby in PATH. Example: metis db replica stop /var/tmp/standby1"""
+    from . import replicas
+
+    replicas.stop_standby(path)
+    out.print(f"stopped the standby in {path}")
+
+
 @eos_app.command("serve")
 def eos_serve(
     host: Annotated[str, typer.Option(help="Address to bind; beyond loopback METIS_EOS_TOKENS is required.")] = "127.0.0.1",
@@ -681,10 +978,12 @@ def eos_serve(
     """Serve the bundled embedding model over HTTP (/v1/embeddings, /embed, /v1/rerank, /rerank).
 
     Its rerank endpoints re-score by embedding cosine: not a cross-encoder.
+
     Example: metis eos serve --port 8081
     """
     from .eos_server import serve
 
+    _check_port(host, port)
     serve(host=host, port=port)
 
 
@@ -699,11 +998,26 @@ def serve_http(
     Bearer tokens come from METIS_API_TOKENS (comma-separated); with none, only a
     loopback address may be bound. Indexing reads only under METIS_SOURCE_ROOTS
     (colon-separated folders). OpenAPI at /openapi.json, docs at /docs.
+
     Example: METIS_API_TOKENS=$(openssl rand -hex 24) metis serve --host 0.0.0.0 --port 8080
     """
     from .service import serve
 
+    _check_port(host, port)
     serve(dsn=dsn, host=host, port=port)
+
+
+@app.command("mcp")
+def mcp_command(dsn: DsnOption = None) -> None:
+    """Serve the Model Context Protocol over stdin/stdout, for coding agents (tools search, get, list_bases, status).
+
+    An agent starts it itself: add it to the agent's MCP configuration (README, "For coding agents").
+
+    Example: metis mcp --dsn postgresql://metis@db/metis
+    """
+    from .mcp_server import serve_stdio
+
+    serve_stdio(dsn)
 
 
 DEMO_QUESTIONS = (

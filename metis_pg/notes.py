@@ -162,7 +162,7 @@ def delete_note(pool: ConnectionPool, base: storage.BaseRow, note_id: int) -> No
     with pool.connection() as conn:
         row = conn.execute(
             "SELECT f.document_id IS NOT NULL FROM documents AS d JOIN sources AS s USING (source_id)"
-            " LEFT JOIN facts AS f ON f.document_id = d.document_id"
+            " LEFT JOIN facts AS f ON f.base_id = d.base_id AND f.document_id = d.document_id"
             " WHERE d.document_id = %s AND d.base_id = %s AND s.name = %s",
             (note_id, base.base_id, source_name(base.name)),
         ).fetchone()
@@ -266,8 +266,9 @@ def remember(
         _write(conn, base, spec, source_id, document_id, document, data, chunks, vectors)
         if replaced:
             conn.execute(
-                "UPDATE facts SET superseded_by = %s, superseded_at = %s WHERE document_id = ANY(%s)",
-                (document_id, observed, replaced),
+                "UPDATE facts SET superseded_by = %s, superseded_at = %s"
+                " WHERE base_id = %s AND document_id = ANY(%s)",
+                (document_id, observed, base.base_id, replaced),
             )
         conn.execute(
             "INSERT INTO facts (document_id, base_id, key, observed_at, superseded_by, superseded_at)"

@@ -127,7 +127,8 @@ class SearchWarning:
     """Something a search could not do (SPEC F14); the search still answered.
 
     Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
-    ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``TOKENIZER_CHANGED``.
+    ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``NO_WORDS`` (the question holds no letter or digit),
+    ``TOKENIZER_CHANGED``.
     """
 
     code: str

@@ -203,8 +203,10 @@ class SearchPipeline:
     Thread-safe when the pool and the model clients are.
     """
 
-    def __init__(self, pool: ConnectionPool, embedder_for: EmbedderFor, reranker_for: RerankerFor) -> None:
+    def __init__(self, pool: ConnectionPool, embedder_for: EmbedderFor, reranker_for: RerankerFor, *,
+                 count_pool: ConnectionPool | None = None) -> None:
         self.pool = pool
+        self.count_pool = count_pool or pool  # a read replica searches; the primary counts (SPEC F20)
         self.embedder_for = embedder_for
         self.reranker_for = reranker_for
 
@@ -227,6 +229,14 @@ class SearchPipeline:
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
         specs = {r.base_id: request.spec_for(BaseSpec.from_json(r.spec)) for r in rows}
         warnings: list[SearchWarning] = []
+        if not any(ch.isalnum() for ch in request.question):
+            # No letter or digit (only punctuation, symbols): nothing to match; by meaning alone the
+            # answer would be top_k arbitrary passages. Say so instead (issue 15).
+            warnings.append(SearchWarning("NO_WORDS", f"the question {request.question.strip()!r} holds no word, only "
+                                                      "punctuation or symbols: nothing was searched"))
+            return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
+                          fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),
+                          took=Took(total=(time.perf_counter() - started) * 1000))
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
             fetch = 2 * retrieval.leg_limit(top_k)
@@ -289,7 +299,7 @@ class SearchPipeline:
         candidates = order_facts(candidates[:top_k]) + candidates[top_k:]
 
         if count:  # SPEC F20: a count per base, day and mode; never the question. Best-effort: never fails a search
-            storage.record_search(self.pool, [r.base_id for r in rows], mode)
+            storage.record_search(self.count_pool, [r.base_id for r in rows], mode)
         return Ranked(
             request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
             warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),

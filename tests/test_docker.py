@@ -156,3 +156,88 @@ def test_docker_readme_walks_through_start_index_and_search():
     for step in ("docker compose -f docker/compose.yaml up", "METIS_API_TOKENS", "POSTGRES_PASSWORD",
                  "/healthz", "/search", "/index", "GRANT metis_analyst TO", "docker compose -f docker/compose.yaml down"):
         assert step in text, step
+
+
+# -- docker/compose.citus.yaml (issue 12): validated by Docker Compose, never run here (no engine) --
+
+COMPOSE_CITUS = ROOT / "docker" / "compose.citus.yaml"
+DOCKERFILE_CITUS = ROOT / "docker" / "Dockerfile.citus"
+
+
+def compose_citus(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(
+        [str(compose_binary()), "--project-directory", str(COMPOSE_CITUS.parent), "--env-file", os.devnull,
+         "-f", str(COMPOSE_CITUS), *args],
+        capture_output=True, text=True, env={**base, **env}, timeout=60,
+    )
+
+
+@pytest.fixture(scope="module")
+def citus() -> dict[str, Any]:
+    """The Citus compose model as Docker Compose resolves it."""
+    done = compose_citus("config", "--format", "json", env=REQUIRED)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_citus_compose_file_is_valid_for_docker_compose():
+    done = compose_citus("config", "--quiet", env=REQUIRED)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("missing", ["METIS_API_TOKENS", "POSTGRES_PASSWORD", "EOS_TOKEN"])
+def test_citus_compose_refuses_to_start_without_tokens_or_password(missing):
+    env = dict(REQUIRED)
+    del env[missing]
+    done = compose_citus("config", "--quiet", env=env)
+    assert done.returncode != 0 and missing in done.stderr
+
+
+def test_citus_has_a_coordinator_and_two_workers_with_pgvector_each_with_its_volume(citus):
+    services = citus["services"]
+    nodes = ("coordinator", "worker1", "worker2")
+    for name in nodes:
+        node = services[name]
+        assert node["build"]["dockerfile"] == "Dockerfile.citus" and node["image"] == "metis-citus:local"
+        assert Path(node["build"]["context"]).resolve() == DOCKERFILE_CITUS.parent
+        assert "pg_isready" in " ".join(node["healthcheck"]["test"])
+        assert [v["source"] for v in node["volumes"] if v["target"] == "/var/lib/postgresql/data"] == [f"{name}-data"]
+        assert node["environment"]["PGPASSFILE"] == "/tmp/.pgpass"  # nodes authenticate to each other
+        assert "ports" not in node  # reachable inside the compose network only
+    text = DOCKERFILE_CITUS.read_text()
+    assert re.search(r"^FROM citusdata/citus:\d+", text, re.MULTILINE)
+    assert "postgresql-${PG_MAJOR}-pgvector" in text
+
+
+def test_citus_setup_then_migrations_then_distribution_then_the_service(citus):
+    s = citus["services"]
+    assert {n: s["citus-setup"]["depends_on"][n]["condition"] for n in ("coordinator", "worker1", "worker2")} == {
+        n: "service_healthy" for n in ("coordinator", "worker1", "worker2")}
+    assert " ".join(s["citus-setup"]["entrypoint"]).endswith("-f /sql/citus/nodes.sql")
+    assert s["metis-migrate"]["command"] == ["metis", "db", "upgrade"]
+    assert s["metis-migrate"]["depends_on"]["citus-setup"]["condition"] == "service_completed_successfully"
+    distribute = " ".join(s["citus-distribute"]["entrypoint"])
+    assert distribute.endswith("-f /sql/citus/keys.sql -f /sql/citus/distribute.sql")
+    assert s["citus-distribute"]["depends_on"]["metis-migrate"]["condition"] == "service_completed_successfully"
+    assert s["metis"]["depends_on"]["citus-distribute"]["condition"] == "service_completed_successfully"
+    assert s["metis"]["command"][:2] == ["metis", "serve"]
+    for one_shot in ("citus-setup", "metis-migrate", "citus-distribute"):
+        assert s[one_shot]["restart"] == "no"
+    for psql in ("citus-setup", "citus-distribute"):
+        [mount] = s[psql]["volumes"]
+        assert Path(mount["source"]).resolve() == ROOT / "sql" / "citus" and mount["read_only"]
+    for name in ("nodes", "keys", "distribute"):
+        assert (ROOT / "sql" / "citus" / f"{name}.sql").is_file()
+    url = "postgresql://metis:pw@coordinator:5432/metis"
+    assert s["metis"]["environment"]["METIS_DATABASE_URL"] == url == s["metis-migrate"]["environment"]["METIS_DATABASE_URL"]
+    assert [p["host_ip"] for p in s["metis"]["ports"]] == ["127.0.0.1"]
+    assert s["eos"]["image"] == s["metis"]["image"] and "ports" not in s["eos"]
+
+
+def test_citus_sql_registers_both_workers_and_distributes_by_base_id():
+    nodes = (ROOT / "sql" / "citus" / "nodes.sql").read_text()
+    assert "citus_add_node('worker1', 5432)" in nodes and "citus_add_node('worker2', 5432)" in nodes
+    distribute = (ROOT / "sql" / "citus" / "distribute.sql").read_text()
+    assert "create_reference_table" in distribute and "create_distributed_table" in distribute
+    assert "colocate_with => ''documents''" in distribute and "'base_id'" in distribute

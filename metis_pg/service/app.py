@@ -4,7 +4,7 @@ Routes (JSON in and out; every route but ``/healthz``, ``/docs`` and
 ``/openapi.json`` wants ``Authorization: Bearer <token>`` when tokens are set):
 
 ==================================  ==============================================================
-``GET /healthz``                    liveness and a database round trip (no token needed)
+``GET /healthz``                    liveness, a database round trip, each read replica's lag (no token needed)
 ``GET /bases``                      every base with its health
 ``POST /bases``                     create a base (201)
 ``GET /bases/{name}``               one base with its spec and health
@@ -52,6 +52,7 @@ from ..errors import (
     MetisError,
     NotFound,
 )
+from .console import mount_console
 from .errors import error_response, validation_message
 from .gate import Gate
 from .jobs import Jobs
@@ -69,6 +70,7 @@ from .schemas import (
     SearchOut,
 )
 from .settings import Limits, parse_source_roots, parse_tokens
+from . import swagger
 from .sources import resolve_source_path
 
 __all__ = ["create_app"]
@@ -132,20 +134,25 @@ def create_app(
     )
     allowed_key_envs = parse_key_envs(settings.model_key_envs)
     owned = metis is None
+    from ..mcp_server import add_http_routes  # the MCP SDK, imported when an app is made
+
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
+            yield
         jobs.close()
         if owned:
             db.close()
 
     app = FastAPI(
         title="metis_pg", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-        docs_url="/docs", redoc_url=None, openapi_url="/openapi.json",
+        docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
+    swagger.install(app, title="metis_pg")  # /docs with its assets served from a package, not a CDN
+    app.state.mcp = add_http_routes(app, db, loopback_only=not token_list)  # MCP at /mcp, behind the gate
     app.state.metis = db
     app.state.jobs = jobs
     app.state.limits = limits
@@ -186,7 +193,9 @@ def create_app(
             raise
         except Exception as exc:
             raise DatabaseUnavailable(f"the database did not answer: {type(exc).__name__}") from exc
-        return {"status": "ok", "database": "ok", "version": __version__}
+        # Read replicas (METIS_READ_DATABASE_URLS): each one's status and replay lag, measured now.
+        replicas = [r.to_dict() for r in db.replica_status()]
+        return {"status": "ok", "database": "ok", "version": __version__, "replicas": replicas}
 
     @api.get("/bases", summary="Every base with its health")
     def list_bases() -> dict[str, Any]:
@@ -251,7 +260,7 @@ def create_app(
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
-                           filters=filters, fusion=fusion)
+                           filters=filters, fusion=fusion, consistent=body.consistent)
         # Never the question: bases, mode, top_k, counts and time only.
         log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
                  body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)
@@ -293,6 +302,7 @@ def create_app(
         return {"facts": [f.to_dict() for f in db.facts(name, holding_only=holding_only)]}
 
     app.include_router(api)
+    mount_console(app)  # the console's pages at / and /console/ (issue 11)
     return app
 
 

@@ -33,12 +33,16 @@ from ..errors import (
     Unauthorized,
 )
 from .errors import error_response
+from . import swagger
 from .settings import Limits
 
-__all__ = ["Gate", "OPEN_PATHS", "BOUNDED_PATHS"]
+__all__ = ["Gate", "OPEN_PATHS", "OPEN_PREFIXES", "BOUNDED_PATHS"]
 
 #: Paths that answer without a token: liveness and the API's own description.
-OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/"}) | swagger.ASSET_PATHS
+#: Path prefixes that answer without a token: the console's pages and files hold no data
+#: (:mod:`metis_pg.service.console`; its ``/`` is in OPEN_PATHS). Its calls to the API send the token.
+OPEN_PREFIXES = ("/console/",)
 #: Paths (POST) whose requests count against ``max_inflight_searches``.
 BOUNDED_PATHS = frozenset({"/search", "/compare"})
 
@@ -61,7 +65,9 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.tokens and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
+        path = scope["path"]
+        is_open = path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+        if self.tokens and not is_open and not self._authorized(scope):
             await error_response(Unauthorized("a valid bearer token is required: Authorization: Bearer <token>"))(
                 scope, receive, send
             )

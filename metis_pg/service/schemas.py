@@ -86,6 +86,8 @@ class SearchIn(_Body):
     rerank: StrictBool | None = Field(None, description="false skips the reranker; null/true use it if the base has one")
     filters: FiltersIn | None = None
     fusion: FusionIn | None = Field(None, description="overrides the bases' rrf_k and leg weights for this search")
+    consistent: StrictBool = Field(False, description="read-your-writes: with read replicas, search one that has "
+                                                      "replayed every write committed so far (else the primary)")
 
 
 class CompareIn(_Body):

@@ -6,9 +6,10 @@ SELECT d.document_id AS note_id, d.title, d.path,
        d.indexed_at AS created_at
 FROM documents AS d
 JOIN sources AS s ON s.source_id = d.source_id
-LEFT JOIN chunks AS c ON c.document_id = d.document_id
+LEFT JOIN chunks AS c ON c.base_id = d.base_id AND c.document_id = d.document_id
 WHERE d.base_id = %(base_id)s
   AND s.name = %(source)s
-  AND NOT EXISTS (SELECT 1 FROM facts AS f WHERE f.document_id = d.document_id)
-GROUP BY d.document_id
+  AND NOT EXISTS (SELECT 1 FROM facts AS f WHERE f.base_id = d.base_id AND f.document_id = d.document_id)
+-- base_id too: under Citus the tables are keyed (base_id, document_id) (sql/citus/keys.sql).
+GROUP BY d.base_id, d.document_id
 ORDER BY d.document_id

@@ -6,7 +6,8 @@ SELECT c.chunk_id, c.document_id, c.title, c.headings, c.text
 FROM chunks AS c
 WHERE c.base_id = %(base_id)s
   AND NOT EXISTS (
-      SELECT 1 FROM embeddings AS e WHERE e.chunk_id = c.chunk_id AND e.model = %(model)s
+      SELECT 1 FROM embeddings AS e
+      WHERE e.base_id = c.base_id AND e.chunk_id = c.chunk_id AND e.model = %(model)s
   )
 ORDER BY c.chunk_id
 LIMIT %(limit)s

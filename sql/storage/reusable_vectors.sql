@@ -4,5 +4,5 @@
 -- Returns: title, headings, text, embedding.
 SELECT c.title, c.headings, c.text, e.embedding
 FROM chunks AS c
-JOIN embeddings AS e ON e.chunk_id = c.chunk_id AND e.model = %(model)s
+JOIN embeddings AS e ON e.base_id = c.base_id AND e.chunk_id = c.chunk_id AND e.model = %(model)s
 WHERE c.document_id = %(document_id)s

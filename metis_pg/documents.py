@@ -1,0 +1,296 @@
+"""A base's documents as they are indexed: list them (``metis ls``), read them back (``metis get``).
+
+A document is read back from its stored chunks, in order (``Document.text[char_start:char_end]``
+of each chunk, SPEC F4), so what ``get`` prints is what searches cite, even when the file has
+changed or gone since, and a base's notes (which have no file) read the same way. Text between
+chunks that no chunk holds (blank lines, the heading lines of Markdown) is not stored: chunks are
+joined by a blank line.
+
+Which document, and which part (:func:`parse_target`):
+
+- ``guide/leave.md``: the whole document;
+- ``guide/leave.md:12``: the chunk holding line 12 (the last chunk starting at or before it),
+  the ``document:line`` a search result cites;
+- ``report.pdf p.3`` or ``report.pdf:p3``: the chunks of page 3 (``document p.N`` as cited);
+- ``guide/*.md``: every document whose path matches the glob (:mod:`fnmatch`; ``*`` crosses ``/``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from . import sqlfiles, storage
+from .errors import InvalidInput, NotFound
+
+__all__ = [
+    "Target", "SourceInfo", "DocumentInfo", "DocumentChunk", "DocumentText",
+    "parse_target", "list_sources", "list_documents", "get_documents", "get_chunk",
+]
+
+_LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
+_PAGE = re.compile(r"^(?P<path>.+?)(?: p\.|:p)(?P<page>\d+)$")
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What ``metis get`` was asked for: a path or a glob, and optionally a line or a page (1-based)."""
+
+    path: str
+    line: int | None = None
+    page: int | None = None
+    glob: bool = False
+
+
+def parse_target(text: str, known: Sequence[str] = ()) -> Target:
+    """Return the target of ``DOCUMENT``, ``DOCUMENT:LINE``, ``DOCUMENT p.N`` / ``DOCUMENT:pN`` or a glob.
+
+    A text that is the path of a known document (`known`) is that document, even when it
+    ends like ``:12``.
+
+    Raises:
+        InvalidInput: empty text, or a line or page of 0.
+    """
+    text = text.strip() if isinstance(text, str) else ""
+    if not text:
+        raise InvalidInput("name a document: its path as `metis ls` shows it, or DOCUMENT:LINE as a search cites it")
+    if text in known:
+        return Target(text)
+    m = _PAGE.match(text)
+    if m and int(m["page"]) >= 1:
+        return Target(m["path"], page=int(m["page"]), glob=bool(_GLOB.search(m["path"])))
+    m = _LINE.match(text)
+    if m:
+        if int(m["line"]) < 1:
+            raise InvalidInput(f"lines are counted from 1: {text!r}")
+        return Target(m["path"], line=int(m["line"]), glob=bool(_GLOB.search(m["path"])))
+    return Target(text, glob=bool(_GLOB.search(text)))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """A folder source of a base: its name, its folder, how many documents it holds."""
+
+    name: str
+    root: str
+    documents: int
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentInfo:
+    """A document of a base, as ``metis ls`` lists it.
+
+    Attributes:
+        source: its source's name; document: its path relative to the source's folder.
+        size_bytes: the file's size when it was indexed (bytes); chunks: chunks it was cut into.
+        indexed_at: when it was last written (ISO 8601, UTC offset included).
+    """
+
+    source: str
+    document: str
+    title: str
+    kind: str
+    chunks: int
+    size_bytes: int
+    indexed_at: str
+    document_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "document": self.document, "title": self.title, "kind": self.kind,
+                "chunks": self.chunks, "size_bytes": self.size_bytes, "indexed_at": self.indexed_at}
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentChunk:
+    """One chunk of a document read back: where it starts (line or page), its headings and text."""
+
+    chunk_id: int
+    ordinal: int
+    line: int | None
+    page: int | None
+    headings: tuple[str, ...]
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"chunk_id": self.chunk_id, "ordinal": self.ordinal}
+        if self.page is not None:
+            data["page"] = self.page
+        elif self.line is not None:
+            data["line"] = self.line
+        data["headings"] = list(self.headings)
+        data["text"] = self.text
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentText:
+    """A document (or the part of it asked for) read back from its chunks.
+
+    Attributes:
+        whole: True when every chunk is here, False for the chunk at a line or the chunks of a page.
+        chunks: in reading order.
+    """
+
+    base: str
+    info: DocumentInfo
+    chunks: tuple[DocumentChunk, ...]
+    whole: bool
+
+    @property
+    def text(self) -> str:
+        """The chunks' text joined by blank lines."""
+        return "\n\n".join(c.text for c in self.chunks)
+
+    def location(self) -> str:
+        """The citation of what is shown: the document when whole, else ``document:line`` or ``document p.N``."""
+        first = self.chunks[0] if self.chunks and not self.whole else None
+        if first is not None and first.page is not None:
+            return f"{self.info.document} p.{first.page}"
+        if first is not None and first.line is not None:
+            return f"{self.info.document}:{first.line}"
+        return self.info.document
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base": self.base, **self.info.to_dict(), "citation": self.location(), "whole": self.whole,
+                "text": self.text, "chunks": [c.to_dict() for c in self.chunks]}
+
+
+def list_sources(pool: ConnectionPool, base: storage.BaseRow) -> list[SourceInfo]:
+    """Return the folder sources of `base` by name (its notes' source, which has no folder, is not one)."""
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sqlfiles.load("documents/sources"), {"base_id": base.base_id}).fetchall()
+    return [SourceInfo(r["name"], r["root"], r["documents"]) for r in rows]
+
+
+def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = None,
+          paths: Sequence[str] | None = None, source: str | None = None) -> list[DocumentInfo]:
+    params = {"base_id": base.base_id, "prefix": prefix, "paths": None if paths is None else list(paths),
+              "source": source}
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sqlfiles.load("documents/list"), params).fetchall()
+    return [DocumentInfo(source=r["source"], document=r["path"], title=r["title"], kind=r["kind"],
+                         chunks=r["chunks"], size_bytes=r["size_bytes"], indexed_at=r["indexed_at"].isoformat(),
+                         document_id=r["document_id"]) for r in rows]
+
+
+def list_documents(pool: ConnectionPool, base: storage.BaseRow, prefix: str | None = None,
+                   source: str | None = None) -> list[DocumentInfo]:
+    """Return the documents of `base` whose path starts with `prefix` (all when None), by path."""
+    if prefix is not None and "\x00" in prefix:
+        return []
+    return _rows(pool, base, prefix=prefix or None, source=source)
+
+
+def get_documents(pool: ConnectionPool, base: storage.BaseRow, targets: Sequence[str],
+                  source: str | None = None) -> list[DocumentText]:
+    """Read back the documents (or parts) `targets` name (see :func:`parse_target`), in the order asked.
+
+    A path held by several sources gives one document per source; a glob gives its
+    matches by path; a document named twice is read twice.
+
+    Raises:
+        InvalidInput: no target, or one that :func:`parse_target` refuses.
+        NotFound: a target matches no document (the message names close paths).
+    """
+    if not targets:
+        raise InvalidInput("name at least one document")
+    if any("\x00" in t for t in targets if isinstance(t, str)):
+        raise InvalidInput("a document path holds no NUL character")
+    exact = _rows(pool, base, paths=[t.strip() for t in targets], source=source)
+    known = {d.document for d in exact}
+    parsed = [parse_target(t, tuple(known)) for t in targets]
+    needs_all = any(t.glob for t in parsed)
+    everything = _rows(pool, base, source=source) if needs_all else []
+    by_path: dict[str, list[DocumentInfo]] = {}
+    for d in exact:
+        by_path.setdefault(d.document, []).append(d)
+    missing = [t.path for t in parsed if not t.glob and t.path not in by_path]
+    if missing:
+        for d in _rows(pool, base, paths=missing, source=source):
+            by_path.setdefault(d.document, []).append(d)
+    chosen: list[tuple[Target, DocumentInfo]] = []
+    for t in parsed:
+        found = [d for d in everything if fnmatch.fnmatchcase(d.document, t.path)] if t.glob else by_path.get(t.path, [])
+        if not found:
+            raise _not_found(pool, base, t, source)
+        chosen.extend((t, d) for d in found)
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sqlfiles.load("documents/chunks"),
+                           {"base_id": base.base_id,
+                            "document_ids": sorted({d.document_id for _, d in chosen})}).fetchall()
+    chunks: dict[int, list[DocumentChunk]] = {}
+    for r in rows:
+        chunks.setdefault(r["document_id"], []).append(DocumentChunk(
+            chunk_id=r["chunk_id"], ordinal=r["ordinal"], line=r["line"], page=r["page"],
+            headings=tuple(r["headings"]), text=r["text"]))
+    out = []
+    for t, d in chosen:
+        every = chunks.get(d.document_id, [])
+        part = _part(every, t)
+        if part is None:
+            where = f"page {t.page}" if t.page is not None else f"line {t.line}"
+            raise NotFound(f"{d.document} has no {where} that was indexed"
+                           f" ({len(every)} chunks{_span(every)})")
+        out.append(DocumentText(base=base.name, info=d, chunks=tuple(part), whole=len(part) == len(every)))
+    return out
+
+
+def get_chunk(pool: ConnectionPool, base: storage.BaseRow, chunk_id: int) -> DocumentText:
+    """Read back one chunk of `base` by its id (a search result's ``chunk_id``), with its document.
+
+    Raises:
+        NotFound: `base` has no chunk with this id.
+    """
+    with pool.connection() as conn:
+        row = conn.execute(sqlfiles.load("documents/chunk"), {"base_id": base.base_id, "chunk_id": chunk_id}).fetchone()
+    if row is None:
+        raise NotFound(f"base {base.name!r} has no chunk {chunk_id}")
+    docs = [d for d in _rows(pool, base) if d.document_id == row[0]]
+    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sqlfiles.load("documents/chunks"),
+                           {"base_id": base.base_id, "document_ids": [row[0]]}).fetchall()
+    every = [DocumentChunk(r["chunk_id"], r["ordinal"], r["line"], r["page"], tuple(r["headings"]), r["text"])
+             for r in rows]
+    part = [c for c in every if c.chunk_id == chunk_id]
+    return DocumentText(base=base.name, info=docs[0], chunks=tuple(part), whole=len(part) == len(every))
+
+
+def _part(chunks: list[DocumentChunk], t: Target) -> list[DocumentChunk] | None:
+    """The chunks `t` asks for: all, those of a page, or the one holding a line (None: none there)."""
+    if t.page is not None:
+        return [c for c in chunks if c.page == t.page] or None
+    if t.line is not None:
+        lined = [c for c in chunks if c.line is not None]
+        if not lined:
+            return None
+        before = [c for c in lined if c.line <= t.line]
+        return [before[-1] if before else lined[0]]
+    return chunks
+
+
+def _span(chunks: list[DocumentChunk]) -> str:
+    lines = [c.line for c in chunks if c.line is not None]
+    pages = [c.page for c in chunks if c.page is not None]
+    if pages:
+        return f", pages {min(pages)}-{max(pages)}"
+    if lines:
+        return f", lines {min(lines)}-{max(lines)}"
+    return ", no line numbers (pdf, docx)"
+
+
+def _not_found(pool: ConnectionPool, base: storage.BaseRow, t: Target, source: str | None) -> NotFound:
+    paths = sorted({d.document for d in _rows(pool, base, source=source)})
+    what = "matches the glob" if t.glob else "is"
+    close = difflib.get_close_matches(t.path, paths, n=3, cutoff=0.5)
+    hint = f" (close: {', '.join(close)})" if close else (" (the base has no documents)" if not paths else
+                                                           " (`metis ls BASE` lists them)")
+    in_source = f" of source {source!r}" if source else ""
+    return NotFound(f"no document{in_source} of base {base.name!r} {what} {t.path!r}{hint}")

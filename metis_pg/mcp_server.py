@@ -1,0 +1,210 @@
+"""An MCP server (Model Context Protocol) over a metis database, for coding agents: ``metis mcp``.
+
+Built with the official Python SDK (PyPI ``mcp``, :class:`mcp.server.mcpserver.MCPServer`); served
+over stdio by ``metis mcp`` (the agent starts it), and over streamable HTTP at ``/mcp`` by
+``metis serve`` (behind the service's bearer tokens).
+
+Tools (each answers JSON; an error is a tool error ``CODE: message``, the codes of
+:mod:`metis_pg.errors`):
+
+==============  =================================================================================
+``search``      question, bases (default: every base), mode, top_k, prefix, kinds, sources,
+                min_score → cited passages best first: citation ``document:line``, headings,
+                score and every step's scores, the passage's text, chunk_id; and warnings
+``get``         base + citation (``document``, ``document:LINE``, ``document p.N``) or chunk_id
+                → the document, or the chunk cited there, read back from its chunks
+``list_bases``  every base: kind, status, documents, chunks, last indexed
+``status``      one base (or all): status, chunks without a vector, interrupted indexing
+==============  =================================================================================
+
+Resources: every document is ``metis://BASE/PATH`` (its path percent-encoded), text read back
+from its chunks; ``resources/list`` lists at most :data:`MAX_LISTED_RESOURCES` of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+from urllib.parse import quote
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+
+from . import __version__
+from .api import Metis
+from .errors import MetisError
+from .formats import cut_below
+
+__all__ = ["build_server", "serve_stdio", "add_http_routes", "MAX_LISTED_RESOURCES", "document_uri"]
+
+#: Documents ``resources/list`` names at most (the first by base and path); each is readable anyway.
+MAX_LISTED_RESOURCES = 2000
+#: Bytes of text ``get`` returns per document unless asked otherwise (an agent's context is finite).
+DEFAULT_GET_BYTES = 20_000
+
+INSTRUCTIONS = """\
+metis searches documents indexed in PostgreSQL: by meaning (embeddings) and by words (BM25), fused.
+Call `search` with a question; each result has a citation `document:line` in its base. Call `get`
+with that base and citation to read the passage (or the document without `:line`). `list_bases`
+names the bases and what they hold."""
+
+
+def document_uri(base: str, document: str) -> str:
+    """Return the resource URI of a document: ``metis://BASE/PATH``, both percent-encoded (``/`` kept in PATH)."""
+    return f"metis://{quote(base, safe='')}/{quote(document, safe='/')}"
+
+
+class _MetisMCP(MCPServer):
+    """MCPServer whose ``resources/list`` names the documents in the database at the time of asking."""
+
+    def __init__(self, metis: Metis, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.metis = metis
+
+    async def list_resources(self) -> list[Any]:
+        import anyio
+        from mcp_types import Resource
+
+        def documents() -> list[Resource]:
+            found: list[Resource] = []
+            for base in self.metis.list_bases():
+                for d in self.metis.documents(base.name):
+                    if len(found) >= MAX_LISTED_RESOURCES:
+                        return found
+                    found.append(Resource(
+                        uri=document_uri(base.name, d.document), name=f"{base.name}/{d.document}", title=d.title,
+                        description=f"{d.kind}, {d.chunks} chunks, source {d.source}, indexed {d.indexed_at[:19]}",
+                        mime_type="text/markdown" if d.kind == "md" else "text/plain",
+                    ))
+            return found
+
+        return [*await anyio.to_thread.run_sync(documents), *await super().list_resources()]
+
+
+def _tool_error(exc: MetisError) -> ToolError:
+    return ToolError(f"{exc.code}: {exc.message}")
+
+
+def _result(rank: int, r: Any) -> dict[str, Any]:
+    data = r.to_dict()
+    citation = data.pop("citation")
+    return {"rank": rank, "citation": r.citation.location(), **{k: v for k, v in citation.items() if k != "snippet"},
+            **data}
+
+
+def build_server(metis: Metis) -> MCPServer:
+    """Return the MCP server over `metis` (tools search, get, list_bases, status; a resource per document)."""
+    server = _MetisMCP(metis, name="metis", title="metis_pg", version=__version__, instructions=INSTRUCTIONS,
+                       log_level="WARNING")
+
+    @server.tool(description="Search documents by meaning and words; return cited passages with their scores, "
+                             "best first. Each result's `citation` (document:line) and `base` read it back with `get`.")
+    def search(
+        question: str,
+        bases: list[str] | None = None,
+        mode: Literal["hybrid", "dense", "keyword"] = "hybrid",
+        top_k: int = 10,
+        prefix: str | None = None,
+        kinds: list[str] | None = None,
+        sources: list[str] | None = None,
+        min_score: float | None = None,
+    ) -> dict[str, Any]:
+        """bases: names (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
+        docx; sources: source names; min_score: leave out results scored below it (the fused score in hybrid,
+        cosine in dense, BM25 in keyword, the reranker's when reranked)."""
+        try:
+            names = bases or [b.name for b in metis.list_bases()]
+            filters = {k: v for k, v in (("path_prefix", prefix), ("kinds", kinds), ("sources", sources)) if v}
+            answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters),
+                                        min_score)
+        except MetisError as exc:
+            raise _tool_error(exc) from None
+        return {
+            "mode": answer.mode, "reranked": answer.reranked, "bases": list(answer.bases),
+            "results": [_result(i, r) for i, r in enumerate(answer.results, start=1)],
+            "warnings": [w.to_dict() for w in answer.warnings],
+            "left_out_below_min_score": dropped,
+        }
+
+    @server.tool(description="Read a document of a base, or the chunk a search cited: citation `document`, "
+                             "`document:LINE` or `document p.N`, or a search result's chunk_id.")
+    def get(base: str, citation: str | None = None, chunk_id: int | None = None,
+            max_bytes: int = DEFAULT_GET_BYTES) -> dict[str, Any]:
+        """max_bytes: text returned at most (UTF-8 bytes); `truncated` says when it was cut."""
+        try:
+            if chunk_id is not None:
+                found = [metis.get_chunk(base, chunk_id)]
+            elif citation:
+                found = metis.get(base, citation)
+            else:
+                raise ToolError("INVALID_REQUEST: give a citation (document or document:line) or a chunk_id")
+        except MetisError as exc:
+            raise _tool_error(exc) from None
+        documents = []
+        for d in found:
+            data = d.to_dict()
+            encoded = data["text"].encode("utf-8")
+            data["truncated"] = len(encoded) > max_bytes
+            data["text"] = encoded[:max(max_bytes, 0)].decode("utf-8", errors="ignore")
+            data.pop("chunks")
+            data["chunk_ids"] = [c.chunk_id for c in d.chunks]
+            documents.append(data)
+        return {"documents": documents}
+
+    @server.tool(description="List every base: kind, status, documents, chunks, when last indexed.")
+    def list_bases() -> dict[str, Any]:
+        try:
+            infos = metis.list_bases()
+        except MetisError as exc:
+            raise _tool_error(exc) from None
+        return {"bases": [{k: v for k, v in i.to_dict().items() if k != "spec"}
+                          | {"embedding_model": i.spec.get("embedding_model")} for i in infos]}
+
+    @server.tool(description="Status of one base (or every base): ready, indexing or waiting; chunks without a "
+                             "vector (found by words only until embedded); whether the last indexing was interrupted.")
+    def status(base: str | None = None) -> dict[str, Any]:
+        try:
+            infos = [metis.base(base)] if base else metis.list_bases()
+        except MetisError as exc:
+            raise _tool_error(exc) from None
+        return {"bases": [i.to_dict() for i in infos]}
+
+    @server.resource("metis://{base}/{+path}", name="document", description="A document of a base, read back "
+                     "from its chunks (metis://BASE/PATH).", mime_type="text/plain")
+    def document(base: str, path: str) -> str:
+        try:
+            found = metis.get(base, path)
+        except MetisError as exc:
+            raise ResourceError(f"{exc.code}: {exc.message}") from None
+        return "\n\n".join(d.text for d in found)
+
+    return server
+
+
+def serve_stdio(dsn: str | None = None) -> None:
+    """Serve MCP over stdin/stdout until the client closes them (``metis mcp``).
+
+    Raises:
+        DatabaseUnavailable, SchemaOutOfDate: as :func:`metis_pg.connect`, before serving.
+    """
+    from .api import connect
+
+    with connect(dsn) as metis:
+        build_server(metis).run("stdio")
+
+
+def add_http_routes(app: Any, metis: Metis, *, loopback_only: bool) -> Any:
+    """Add the MCP endpoint ``/mcp`` (streamable HTTP, stateless, JSON answers) to the service's `app`.
+
+    Return the MCP server; the app's lifespan must run ``server.session_manager.run()``.
+    The service's gate asks the same bearer tokens at ``/mcp`` as on every route. With no token
+    the service binds loopback only (`loopback_only`): the SDK's DNS-rebinding check then also
+    accepts only loopback ``Host`` and ``Origin`` headers.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    server = build_server(metis)
+    security = None if loopback_only else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    starlette = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                           transport_security=security)
+    app.router.routes.extend(starlette.routes)
+    return server

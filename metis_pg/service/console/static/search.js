@@ -1,0 +1,267 @@
+// The Search page: one question of one or several bases; compare by meaning, by words, both.
+// The search lives in the URL's fragment (#q=...&base=...): open it and the same search runs;
+// back and forward move between searches. The fragment never reaches the server's logs.
+"use strict";
+
+(() => {
+  const {$, el, api, start, showError, clearError, statusLabel, location: where, scoresLine} = Metis;
+  const DEFAULT_TOP_K = 10;
+  let bases = [];
+  let sequence = 0;  // answers of older searches are dropped
+
+  function readHash() {
+    const p = new URLSearchParams(window.location.hash.slice(1));
+    const topK = parseInt(p.get("top_k"), 10);
+    return {
+      q: p.get("q") || "",
+      bases: p.getAll("base"),
+      mode: p.get("mode") || "hybrid",
+      top_k: Number.isFinite(topK) ? topK : DEFAULT_TOP_K,
+      rerank: p.get("rerank") !== "0",
+      prefix: p.get("prefix") || "",
+      kinds: p.getAll("kind"),
+      sources: p.getAll("source"),
+      compare: p.get("compare") === "1",
+    };
+  }
+
+  function toHash(s) {
+    const p = new URLSearchParams();
+    p.set("q", s.q);
+    s.bases.forEach((b) => p.append("base", b));
+    if (s.mode !== "hybrid") p.set("mode", s.mode);
+    if (s.top_k !== DEFAULT_TOP_K) p.set("top_k", String(s.top_k));
+    if (!s.rerank) p.set("rerank", "0");
+    if (s.prefix) p.set("prefix", s.prefix);
+    s.kinds.forEach((k) => p.append("kind", k));
+    s.sources.forEach((k) => p.append("source", k));
+    if (s.compare) p.set("compare", "1");
+    return "#" + p.toString();
+  }
+
+  function checked(name) {
+    return Array.from(document.querySelectorAll("input[name='" + name + "']:checked")).map((i) => i.value);
+  }
+
+  function readForm() {
+    const mode = document.querySelector("input[name='mode']:checked");
+    return {
+      q: $("q").value.trim(),
+      bases: checked("base"),
+      mode: mode ? mode.value : "hybrid",
+      top_k: Number($("top_k").value),
+      rerank: $("rerank").checked,
+      prefix: $("prefix").value.trim(),
+      kinds: checked("kind"),
+      sources: $("sources").value.split(",").map((s) => s.trim()).filter(Boolean),
+      compare: $("compare").checked,
+    };
+  }
+
+  function fillForm(s) {
+    $("q").value = s.q;
+    document.querySelectorAll("input[name='base']").forEach((i) => { i.checked = s.bases.includes(i.value); });
+    document.querySelectorAll("input[name='mode']").forEach((i) => { i.checked = i.value === s.mode; });
+    $("top_k").value = String(s.top_k);
+    $("rerank").checked = s.rerank;
+    $("prefix").value = s.prefix;
+    document.querySelectorAll("input[name='kind']").forEach((i) => { i.checked = s.kinds.includes(i.value); });
+    $("sources").value = s.sources.join(", ");
+    $("compare").checked = s.compare;
+    syncMode();
+  }
+
+  function syncMode() {
+    // Compare asks all three ways: the mode does not apply.
+    document.querySelectorAll("input[name='mode']").forEach((i) => { i.disabled = $("compare").checked; });
+  }
+
+  function renderBases() {
+    const list = $("base-list");
+    list.replaceChildren();
+    if (!bases.length) {
+      list.append(el("span", {class: "muted"}, "No base yet: index one on the ", el("a", {href: "/console/bases"}, "Bases page"), "."));
+      return;
+    }
+    for (const b of bases) {
+      list.append(el("label", {class: "choice"},
+        el("input", {type: "checkbox", name: "base", value: b.name}), " " + b.name + " ",
+        el("span", {class: "status status-" + b.status}, statusLabel(b.status))));
+    }
+  }
+
+  function problem(s) {
+    if (!s.q) return ["q", "Type a question first."];
+    if (!s.bases.length) return [bases.length ? "bases-field" : "q", bases.length ? "Tick at least one base to search." : "There is no base to search yet: index one on the Bases page."];
+    const max = Number($("top_k").max);
+    if (!Number.isInteger(s.top_k) || s.top_k < 1 || s.top_k > max) return ["top_k", "Results must be a whole number from 1 to " + max + "."];
+    return null;
+  }
+
+  function clearAnswer() {
+    $("notices").replaceChildren();
+    $("results").replaceChildren();
+    $("compare-table").tBodies[0].replaceChildren();
+    $("compare-wrap").hidden = true;
+    $("took").hidden = true;
+    $("summary").hidden = true;
+  }
+
+  function applyState(s) {
+    fillForm(s);
+    clearError();
+    if (s.q) run(s);
+    else clearAnswer();
+  }
+
+  async function run(s) {
+    const wrong = problem(s);
+    if (wrong) {
+      showError(wrong[1]);
+      const target = $(wrong[0]);
+      (target.querySelector ? (target.querySelector("input") || target) : target).focus();
+      return;
+    }
+    clearError();
+    const mine = ++sequence;
+    const answerBox = $("answer");
+    answerBox.setAttribute("aria-busy", "true");
+    const body = {bases: s.bases, question: s.q, top_k: s.top_k};
+    if (!s.rerank) body.rerank = false;
+    const filters = {};
+    if (s.prefix) filters.path_prefix = s.prefix;
+    if (s.kinds.length) filters.kinds = s.kinds;
+    if (s.sources.length) filters.sources = s.sources;
+    if (Object.keys(filters).length) body.filters = filters;
+    if (!s.compare) body.mode = s.mode;
+    try {
+      const answer = await api("POST", s.compare ? "/compare" : "/search", body);
+      if (mine !== sequence) return;
+      clearAnswer();
+      if (s.compare) renderCompare(answer, s);
+      else renderSearch(answer, s);
+    } catch (e) {
+      if (mine !== sequence) return;
+      clearAnswer();
+      if (e.status !== 401) showError(e.message);
+    } finally {
+      if (mine === sequence) {
+        answerBox.setAttribute("aria-busy", "false");
+        answerBox.dataset.answered = String(mine);  // which search the answer shown is (tests wait on it)
+      }
+    }
+  }
+
+  function renderNotices(warnings) {
+    const box = $("notices");
+    for (const w of warnings) {
+      box.append(el("p", {class: "notice", role: "status", "data-code": w.code},
+        el("strong", {}, "Warning: "), Metis.sentence(w.message)));
+    }
+  }
+
+  function renderTook(took, labels) {
+    const parts = labels.filter(([key]) => key in took).map(([key, label]) => label + " " + took[key].toFixed(1) + " ms");
+    const p = $("took");
+    p.textContent = parts.join(" · ");
+    p.hidden = false;
+  }
+
+  function questionTerms(q) {
+    return new Set((q.toLowerCase().match(/[\p{L}\p{N}]+/gu) || []).filter((t) => t.length > 1));
+  }
+
+  /** The snippet with the question's words marked (text nodes only: nothing is parsed as HTML). */
+  function marked(text, terms) {
+    const out = [];
+    for (const piece of text.split(/([\p{L}\p{N}]+)/u)) {
+      if (!piece) continue;
+      out.push(terms.has(piece.toLowerCase()) ? el("mark", {}, piece) : piece);
+    }
+    return out;
+  }
+
+  function renderSearch(answer, s) {
+    renderNotices(answer.warnings);
+    renderTook(answer.took, [["embed", "embed"], ["dense", "meaning"], ["keyword", "words"], ["fuse", "fuse"],
+                             ["rerank", "rerank"], ["total", "total"]]);
+    const modeName = {hybrid: "hybrid", dense: "by meaning only", keyword: "by words only"}[answer.mode] || answer.mode;
+    const summary = $("summary");
+    summary.textContent = (answer.results.length === 1 ? "1 result" : answer.results.length + " results") +
+      " · " + modeName + (answer.reranked ? " · reranked" : "") + " · " + answer.bases.join(", ");
+    summary.hidden = false;
+    const terms = questionTerms(s.q);
+    const list = $("results");
+    answer.results.forEach((r, i) => {
+      const c = r.citation;
+      const head = el("div", {class: "result-head"},
+        el("span", {class: "rank", "aria-label": "rank " + (i + 1)}, String(i + 1)),
+        el("span", {class: "cite"}, where(c)),
+        el("span", {class: "base", title: "base"}, r.base),
+        r.holds === false ? el("span", {class: "status status-waiting"}, "no longer holds") : null);
+      const item = el("li", {class: "result", "data-chunk": r.chunk_id},
+        head,
+        el("div", {class: "title"}, c.title),
+        c.headings.length ? el("div", {class: "headings"}, c.headings.join(" › ")) : null,
+        el("p", {class: "snippet"}, marked(c.snippet, terms)),
+        el("p", {class: "scores"}, scoresLine(r.scores)),
+        el("details", {class: "whole"}, el("summary", {}, "Whole passage"), el("pre", {class: "text"}, r.text)));
+      list.append(item);
+    });
+    if (!answer.results.length && !answer.warnings.length) {
+      $("notices").append(el("p", {class: "notice", role: "status"}, "No passage matched the question."));
+    }
+  }
+
+  function rankCell(rank, label) {
+    return el("td", {class: "rank-cell", "data-label": label}, rank === null || rank === undefined ? "—" : "#" + rank);
+  }
+
+  function renderCompare(answer) {
+    renderNotices(answer.warnings);
+    renderTook(answer.took, [["embed", "embed"], ["search", "search"], ["rerank", "rerank"], ["total", "total"]]);
+    const counts = answer.counts;
+    const summary = $("summary");
+    summary.textContent = answer.passages.length + " passages · both " + counts.hybrid + " · meaning " + counts.dense +
+      " · words " + counts.keyword + (answer.reranked ? " · reranked" : "") + " · " + answer.bases.join(", ");
+    summary.hidden = false;
+    const body = $("compare-table").tBodies[0];
+    for (const p of answer.passages) {
+      body.append(el("tr", {class: "agree-" + p.agreement, "data-chunk": p.chunk_id},
+        el("th", {scope: "row"}, el("span", {class: "cite"}, where(p.citation)),
+          el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base)),
+        rankCell(p.ranks.hybrid, "Both"), rankCell(p.ranks.dense, "Meaning"), rankCell(p.ranks.keyword, "Words"),
+        el("td", {class: "why", "data-label": "Why it came up:"}, p.why)));
+    }
+    $("compare-wrap").hidden = false;
+    if (!answer.passages.length && !answer.warnings.length) {
+      $("notices").append(el("p", {class: "notice", role: "status"}, "No passage matched the question."));
+    }
+  }
+
+  function onSubmit(event) {
+    event.preventDefault();
+    const s = readForm();
+    if (problem(s)) {
+      run(s);  // shows the problem
+      return;
+    }
+    const hash = toHash(s);
+    if (window.location.hash !== hash) history.pushState(null, "", hash);
+    run(s);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("search-form").addEventListener("submit", onSubmit);
+    $("compare").addEventListener("change", syncMode);
+    window.addEventListener("popstate", () => applyState(readHash()));
+    start(async (list) => {
+      bases = list;
+      renderBases();
+      const s = readHash();
+      if (!s.bases.length && bases.length === 1) s.bases = [bases[0].name];
+      applyState(s);
+      if (!s.q) $("q").focus();
+    });
+  });
+})();

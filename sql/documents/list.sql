@@ -1,0 +1,15 @@
+-- The documents of a base, by path: `metis ls`, `metis get`, the MCP server's resources.
+-- Parameters: %(base_id)s integer; %(prefix)s text (NULL: every path; else paths starting with it);
+--             %(paths)s text[] (NULL: every path; else these paths exactly);
+--             %(source)s text (NULL: every source; else this source only).
+-- Returns: document_id, source, path, title, kind, size_bytes, indexed_at, chunks.
+-- The chunk count reads the index uq_chunks_document_ordinal (document_id, ordinal).
+SELECT d.document_id, s.name AS source, d.path, d.title, d.kind, d.size_bytes, d.indexed_at,
+       (SELECT count(*) FROM chunks AS c WHERE c.document_id = d.document_id) AS chunks
+FROM documents AS d
+JOIN sources AS s ON s.source_id = d.source_id
+WHERE d.base_id = %(base_id)s
+  AND (%(prefix)s::text IS NULL OR starts_with(d.path, %(prefix)s::text))
+  AND (%(paths)s::text[] IS NULL OR d.path = ANY(%(paths)s::text[]))
+  AND (%(source)s::text IS NULL OR s.name = %(source)s::text)
+ORDER BY d.path, s.name

@@ -1,0 +1,122 @@
+"""``metis mcp`` through the official MCP SDK's own client (issue 15): spawn it over stdio, list
+the tools, search, read back what a search cited, read a document as a resource."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from cli_runner import METIS_SCRIPT
+
+LEAVE = """# Handbook
+
+## Leave policy
+
+### Vacation
+
+Full-time staff get 25 days of paid vacation per calendar year.
+
+## Expenses
+
+Keep every receipt and file it within 30 days.
+"""
+
+
+@pytest.fixture()
+def indexed(metis, base_name, tmp_path: Path) -> str:
+    folder = tmp_path / "kb"
+    (folder / "guide").mkdir(parents=True)
+    (folder / "guide" / "leave.md").write_text(LEAVE, encoding="utf-8")
+    (folder / "router.txt").write_text("Reset the router using the red button for ten seconds.", encoding="utf-8")
+    metis.index(base_name, folder)
+    return base_name
+
+
+def server(dsn: str) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if k.startswith(("METIS_", "PYTHON", "XDG_"))}
+    return StdioServerParameters(command=str(METIS_SCRIPT), args=["mcp", "--dsn", dsn], env=env)
+
+
+def structured(result) -> dict:
+    assert not result.is_error, result.content
+    return result.structured_content if result.structured_content is not None else json.loads(result.content[0].text)
+
+
+def test_metis_mcp_lists_tools_searches_and_reads_back_a_citation(dsn, metis, indexed):
+    async def session() -> None:
+        async with Client(server(dsn)) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) >= {"search", "get", "list_bases", "status"}
+            assert {"question", "bases", "mode", "top_k", "prefix", "kinds", "sources"} <= set(
+                tools["search"].input_schema["properties"])
+
+            found = structured(await client.call_tool(
+                "search", {"question": "how many paid vacation days", "bases": [indexed], "top_k": 2}))
+            want = metis.search(indexed, "how many paid vacation days", top_k=2).results[0]
+            first = found["results"][0]
+            assert first["citation"] == want.citation.location() == f"guide/leave.md:{want.citation.line}"
+            assert (first["base"], first["document"], first["chunk_id"]) == (indexed, "guide/leave.md", want.chunk_id)
+            assert first["scores"]["fused"] == pytest.approx(want.scores.fused)
+            assert first["headings"] == ["Handbook", "Leave policy", "Vacation"]
+
+            read = structured(await client.call_tool("get", {"base": indexed, "citation": first["citation"]}))
+            [doc] = read["documents"]
+            assert doc["citation"] == first["citation"] and "25 days of paid vacation" in doc["text"]
+            assert "receipt" not in doc["text"] and doc["chunk_ids"] == [want.chunk_id]
+            by_id = structured(await client.call_tool("get", {"base": indexed, "chunk_id": want.chunk_id}))
+            assert by_id["documents"][0]["text"] == doc["text"]
+
+            keyword = structured(await client.call_tool(
+                "search", {"question": "router", "bases": [indexed], "mode": "keyword", "kinds": ["txt"]}))
+            assert [r["citation"] for r in keyword["results"]] == ["router.txt:1"]
+
+            bases = structured(await client.call_tool("list_bases", {}))
+            mine = [b for b in bases["bases"] if b["name"] == indexed]
+            assert mine and mine[0]["documents"] == 2
+            status = structured(await client.call_tool("status", {"base": indexed}))
+            assert [(b["name"], b["status"], b["chunks_without_vector"]) for b in status["bases"]] == [
+                (indexed, "ready", 0)]
+
+            missing = await client.call_tool("search", {"question": "router", "bases": ["no-such-base"]})
+            assert missing.is_error and "BASE_NOT_FOUND: no base named 'no-such-base'" in missing.content[0].text
+
+            resources = {r.uri: r for r in (await client.list_resources()).resources}
+            uri = f"metis://{indexed}/guide/leave.md"
+            assert uri in resources and resources[uri].mime_type == "text/markdown"
+            text = (await client.read_resource(uri)).contents[0].text
+            assert "Full-time staff get 25 days" in text and "Keep every receipt" in text
+
+    anyio.run(session)
+
+
+def test_metis_serve_answers_mcp_at_slash_mcp_with_its_bearer_tokens(metis, indexed):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from metis_pg import service
+
+    token = "test-token-" + "5" * 24
+    app = service.create_app(metis, tokens=[token])
+
+    async def session(url: str) -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+                assert {"search", "get", "list_bases", "status"} <= {t.name for t in (await client.list_tools()).tools}
+                found = structured(await client.call_tool(
+                    "search", {"question": "paid vacation days", "bases": [indexed], "top_k": 1}))
+                assert found["results"][0]["citation"].startswith("guide/leave.md:")
+
+    with service.running(app) as url:
+        anyio.run(session, url)
+        # The same tokens as every route: none, or another, is 401 before MCP sees the request.
+        import httpx
+
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        for headers in ({}, {"Authorization": "Bearer " + "x" * 40}):
+            refused = httpx.post(f"{url}/mcp", json=body, headers={**headers, "Accept": "application/json"})
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHORIZED"
