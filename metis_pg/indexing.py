@@ -383,8 +383,8 @@ def index_paths(
                 spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
             else:
                 run.warnings.append(
-                    f"base {base.name!r} holds documents of other folders indexed by tokenizer version"
-                    f" {spec.tokenizer_version}: index them too (`metis index`) to re-tokenize them"
+                    f"base {base.name!r} still holds documents of other folders with the terms of tokenizer"
+                    f" version {spec.tokenizer_version}: `metis index --base {base.name}` re-tokenizes every folder"
                 )
 
     # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.

@@ -508,3 +508,30 @@ def test_compound_expansion_leaves_identifiers_short_words_and_present_words_alo
         assert expand("\u0627\u0644\u0627\u062c\u062a\u0645\u0627\u0639") == []
     # An identifier search ranks exactly as without the expansion.
     assert [d for d, _ in _keyword(metis, base_name, "PO-2231")] == ["b-printer.txt"]
+
+
+def test_a_base_of_two_folders_is_re_tokenized_once_both_were_read_again(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    from metis_pg.tokenizer import TOKENIZER_VERSION
+
+    _words_only_base(metis, base_name)
+    first = write_corpus(tmp_path / "one", {"a.txt": "We won\u2019t fix this bug."})
+    second = write_corpus(tmp_path / "two", {"b.txt": "L\u2019\u00e9t\u00e9 est revenu."})
+    metis.index(base_name, first)
+    metis.index(base_name, second)
+
+    def spec() -> dict:
+        with metis.pool.connection() as conn:
+            return conn.execute("SELECT spec FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
+
+    with metis.pool.connection() as conn:
+        conn.execute("UPDATE bases SET spec = spec - 'tokenizer_version' WHERE name = %s", (base_name,))
+    one = metis.index(base_name, first)
+    assert one.changed == 1 and any("other folders" in w for w in one.warnings)
+    assert "tokenizer_version" not in spec()  # the second folder still has the older terms
+    assert "TOKENIZER_CHANGED" in _warning_codes(metis.search(base_name, "won't", mode="keyword"))
+    two = metis.index(base_name, second)
+    assert two.changed == 1 and not any("other folders" in w for w in two.warnings)
+    assert spec()["tokenizer_version"] == TOKENIZER_VERSION and "retokenizing" not in spec()
+    assert "TOKENIZER_CHANGED" not in _warning_codes(metis.search(base_name, "won't", mode="keyword"))
