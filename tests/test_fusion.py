@@ -253,10 +253,11 @@ def test_cli_bad_weights_exit_2_with_one_line(dsn, bases, args):
 
 
 def test_cli_base_create_takes_the_weights_and_shows_the_defaults(dsn, metis, base_name):
-    help_text = run_cli("base", "create", "--help").stdout
+    help_text = " ".join(run_cli("base", "create", "--help").stdout.split())  # lines wrap at any width
     for option in ("--dense-weight", "--keyword-weight", "--rrf-k"):
         assert option in help_text
-    assert "Default 60" in help_text and "(>= 0). Default 1." in help_text
+    assert "Default 60" in help_text and "dense leg in the fusion (>= 0). Default 2." in help_text
+    assert "keyword leg in the fusion (>= 0). Default 1." in help_text
     created = run_cli("base", "create", base_name, "--dense-weight", "1.5", "--keyword-weight", "1",
                       "--json", "--dsn", dsn)
     assert created.code == 0, created.stderr
