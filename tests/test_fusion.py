@@ -329,3 +329,12 @@ def test_http_create_base_takes_the_weights(client, metis, base_name):
         response = client.post("/bases", json={"name": base_name + "x", **bad})
         assert response.status_code == 400, (bad, response.text)
     assert json.loads(client.get(f"/bases/{base_name}").text)["spec"]["keyword_weight"] == 1.0
+
+
+def test_the_scores_line_rounds_as_the_console_does():
+    # 2 : 1 makes exact halves common (a passage only the dense leg found at rank 4: 2 / 64 = 0.03125):
+    # the CLI's line must read as the console's JavaScript toFixed writes it (half away from zero).
+    from metis_pg.results import Scores
+
+    assert Scores(dense=0.5, dense_rank=4, fused=2 / 64).line() == "meaning 0.500 (#4) · fused 0.0313"
+    assert Scores(fused=1 / 64, rerank=-0.0005).line() == "fused 0.0156 · reranker -0.001"

@@ -492,7 +492,7 @@ def test_compound_expansion_leaves_identifiers_short_words_and_present_words_alo
     metis.index(base_name, write_corpus(tmp_path, COMPOUNDS))
     with metis.pool.connection() as conn:
         base_id = conn.execute("SELECT base_id FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
-        expand = lambda question: retrieval.compound_terms(conn, [base_id], query_terms(question))  # noqa: E731
+        expand = lambda question: retrieval.compound_terms(conn, [base_id], query_terms(question))
         assert expand("Passwort") == ["passwortrichtlinie"]
         assert expand("drucker passwort") == ["passwortrichtlinie"]  # drucker is in the base
         assert expand("PO-2231") == [] and expand("po22") == []      # identifiers: exact as before
