@@ -503,7 +503,7 @@ def database_size(pool, chunks: int) -> dict[str, float]:
 def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None) -> str:
     """Return EXPLAIN (ANALYZE, BUFFERS) of the fused statement for one query."""
     params = {
-        "base_ids": [corpus.base_id], "model": corpus.model, "query_embedding": q.vector, "terms": q.terms,
+        "base_ids": [corpus.base_id], "model": corpus.model, "query_embedding": q.vector, "terms": q.terms, "term_weights": None,
         "k1": 1.2, "b": 0.75, "rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0,
         "leg_limit": leg_limit(TOP_K), "top_k": TOP_K, **Filters(path_prefix=path_prefix).to_params(),
     }

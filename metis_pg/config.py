@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .tokenizer import TOKENIZER_VERSION
 
 __all__ = [
     "BaseSpec",
@@ -102,9 +103,14 @@ class BaseSpec:
         dense_weight, keyword_weight: weights of the two legs in the fusion (weighted RRF):
             ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``,
             a leg that did not find the chunk adding 0 (Cormack, Clarke & Buettcher, SIGIR 2009,
-            with a weight per list). Finite, >= 0, not both 0; default 1 and 1 (plain RRF).
+            with a weight per list). Finite, >= 0, not both 0; default 2 and 1 (never below plain
+            RRF 1 : 1 on the nine shared sets, above it on seven: ``docs/quality.md``). A spec
+            stored without them (before they existed) is 1 and 1.
             A search may override rrf_k and both weights (``fusion=``).
         max_file_bytes: files above this size are skipped with a warning.
+        tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
+            were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of
+            an older version (reusing its vectors); searches meanwhile warn ``TOKENIZER_CHANGED``.
     """
 
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
@@ -124,9 +130,10 @@ class BaseSpec:
     k1: float = 1.2
     b: float = 0.75
     rrf_k: int = 60
-    dense_weight: float = 1.0
+    dense_weight: float = 2.0
     keyword_weight: float = 1.0
     max_file_bytes: int = 20_000_000
+    tokenizer_version: int = TOKENIZER_VERSION
 
     def __post_init__(self) -> None:
         if self.query_prefix is None:
@@ -177,9 +184,14 @@ class BaseSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "BaseSpec":
-        """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers)."""
+        """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers).
+
+        A spec stored before the tokenizer had a version was made by version 1; one stored
+        before the fusion weights existed fuses with plain RRF (1 and 1), as it did.
+        """
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        before = {"tokenizer_version": 1, "dense_weight": 1.0, "keyword_weight": 1.0}
+        return cls(**{**before, **{k: v for k, v in data.items() if k in names}})
 
 
 #: The fusion parameters of a base's spec that a search may override (``fusion=``).

@@ -37,6 +37,7 @@ version too (it is in ``report.failed``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -55,6 +56,7 @@ from .errors import DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder
 from .readers import display_path, kind_of, read_document, time_budget
 from .results import FailedDocument, IndexReport, ReembedReport
+from .tokenizer import TOKENIZER_VERSION
 
 __all__ = ["Progress", "EmbedProgress", "index_paths", "embed_missing", "walk_source", "reembed"]
 
@@ -326,7 +328,9 @@ def index_paths(
         ]
         storage.set_status(conn, base.base_id, "indexing")
 
-    # Phase 1 (words): no call to the embedding model.
+    # Phase 1 (words): no call to the embedding model. A base whose postings an older tokenizer
+    # made reads every document again (vectors of unchanged chunk texts are reused).
+    retokenize = spec.tokenizer_version != TOKENIZER_VERSION
     done = 0
     for (name, root, files, deletes), source_id in zip(plans, source_ids):
         with pool.connection() as conn:
@@ -340,7 +344,7 @@ def index_paths(
                                                       f" is indexed under the same name {rel!r}: skipped"))
             else:
                 seen.add(rel)
-                pending = _read_file(pool, spec, run, path, rel, known.get(rel), budget)
+                pending = _read_file(pool, spec, run, path, rel, known.get(rel), budget, retokenize=retokenize)
                 if pending is not None:
                     batch.add(pending)
             batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
@@ -371,6 +375,17 @@ def index_paths(
                 f"{display_path(str(folder))}: folder {reason}: not indexed"
                 + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
             )
+
+    # Re-tokenized only when every document of those sources was read: whole folders, all listed.
+    if retokenize and not run.failed and not unlisted and all(deletes for _, _, _, deletes in plans):
+        with pool.connection() as conn:
+            if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
+                spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
+            else:
+                run.warnings.append(
+                    f"base {base.name!r} still holds documents of other folders with the terms of tokenizer"
+                    f" version {spec.tokenizer_version}: `metis index --base {base.name}` re-tokenizes every folder"
+                )
 
     # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
     if embedder is not None:
@@ -456,8 +471,13 @@ def _read_file(
     rel: str,
     known: tuple[int, str] | None,
     budget_s: float | None = None,
+    *,
+    retokenize: bool = False,
 ) -> storage.PendingDocument | None:
     """Read and chunk a new or changed file; None when it is unchanged or unreadable.
+
+    With `retokenize` (the base's postings are an older tokenizer's) an unchanged file
+    is read again too, and counted as changed.
 
     Its chunks carry the vectors of the chunk texts its indexed version already
     had, and None for the others (embedded in phase 2).
@@ -475,7 +495,7 @@ def _read_file(
         if size > spec.max_file_bytes:
             raise UnreadableDocument(f"{shown}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
         content_hash, size = _hash_file(path)
-        if known is not None and known[1] == content_hash:
+        if known is not None and known[1] == content_hash and not retokenize:
             run.unchanged += 1
             return None
         with time_budget(budget_s, str(path)):

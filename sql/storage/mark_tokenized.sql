@@ -1,0 +1,41 @@
+-- Record that a run re-read (re-tokenized) the documents of some folder sources of a base, and when
+-- every folder source holding documents has been re-read by tokenizer %(version)s, record that
+-- version in the base's spec (BaseSpec.tokenizer_version). Until then the sources done so far are
+-- kept in spec->'retokenizing' = {"version": V, "sources": [ids]} (one source per run with
+-- `metis index --base B`, which reads each folder again). The notes and facts source (root NULL)
+-- does not count.
+-- Parameters: %(base_id)s int, %(source_ids)s int[] (the sources the run read whole), %(version)s int.
+-- Returns: one row, done = whether the version was recorded.
+WITH previous AS (
+    SELECT CASE WHEN (b.spec->'retokenizing'->>'version')::int = %(version)s::int
+                THEN b.spec->'retokenizing'->'sources' ELSE '[]'::jsonb END AS sources
+    FROM bases AS b
+    WHERE b.base_id = %(base_id)s
+),
+read_so_far AS (
+    SELECT coalesce(array_agg(DISTINCT id ORDER BY id), '{}'::int[]) AS ids
+    FROM (
+        SELECT jsonb_array_elements_text(p.sources)::int AS id FROM previous AS p
+        UNION
+        SELECT unnest(%(source_ids)s::int[])
+    ) AS u
+),
+complete AS (
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM documents AS d
+        JOIN sources AS s ON s.source_id = d.source_id
+        WHERE d.base_id = %(base_id)s
+          AND s.root IS NOT NULL
+          AND NOT (d.source_id = ANY((SELECT ids FROM read_so_far)::int[]))
+    ) AS done
+)
+UPDATE bases AS b
+SET spec = CASE
+    WHEN (SELECT done FROM complete)
+        THEN jsonb_set(b.spec - 'retokenizing', '{tokenizer_version}', to_jsonb(%(version)s::int))
+    ELSE jsonb_set(b.spec, '{retokenizing}',
+                   jsonb_build_object('version', %(version)s::int, 'sources', to_jsonb((SELECT ids FROM read_so_far))))
+END
+WHERE b.base_id = %(base_id)s
+RETURNING (SELECT done FROM complete) AS done
