@@ -54,7 +54,7 @@ from .chunking import Chunk, chunk_document, embedding_text
 from .config import BaseSpec, Settings
 from .errors import DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
 from .models.embed import Embedder
-from .readers import display_path, kind_of, read_document, time_budget
+from .readers import display_path, kind_of, read_document, time_budget, versioned_hash
 from .results import FailedDocument, IndexReport, ReembedReport
 from .tokenizer import TOKENIZER_VERSION
 
@@ -494,7 +494,8 @@ def _read_file(
         size = info.st_size
         if size > spec.max_file_bytes:
             raise UnreadableDocument(f"{shown}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
-        content_hash, size = _hash_file(path)
+        file_hash, size = _hash_file(path)
+        content_hash = versioned_hash(file_hash, kind_of(path))  # a newer reader reads the file again
         if known is not None and known[1] == content_hash and not retokenize:
             run.unchanged += 1
             return None

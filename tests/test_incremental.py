@@ -277,3 +277,29 @@ def test_a_refused_source_leaves_the_base_as_it_was(metis, base_name, tmp_path):
     info = metis.base(base_name)
     assert (info.status, info.interrupted) == ("ready", False)
     assert bm25_state(metis, base_name) == before  # not even the first folder was indexed
+
+
+def test_a_newer_reader_reads_its_kind_again_once_keeping_the_vectors(metis, base_name, tmp_path, monkeypatch):
+    # A base indexed before HTML's reader version 2 stored the files' bare SHA-256: its HTML
+    # documents still hold the navigation bar the new reader drops, so the next run reads them
+    # again (their unchanged chunk texts keep their vectors); the Markdown ones stay unchanged.
+    page = ("<html><body><div class='navheader'>Prev | Up | Home | Next</div>"
+            "<main><h1>Ferries</h1><p>The ferry to the island leaves at nine.</p></main></body></html>")
+    folder = write_corpus(tmp_path / "kb", {"ferry.html": page, "guide.md": CORPUS["guide.md"]})
+    assert metis.index(base_name, folder).new == 2
+    with metis.pool.connection() as conn:
+        stored = dict(conn.execute(
+            "SELECT d.path, d.content_hash FROM documents d JOIN bases b USING (base_id) WHERE b.name = %s",
+            (base_name,)).fetchall())
+        assert stored["ferry.html"].endswith(":reader2") and ":" not in stored["guide.md"]
+        conn.execute("UPDATE documents SET content_hash = split_part(content_hash, ':', 1)"
+                     " WHERE path = 'ferry.html' AND base_id = (SELECT base_id FROM bases WHERE name = %s)",
+                     (base_name,))
+    spy = EmbedderSpy(metis, base_name, monkeypatch)
+
+    report = metis.index(base_name, folder)
+    again = metis.index(base_name, folder)
+
+    assert (report.read, report.changed, report.unchanged, report.chunks_embedded) == (1, 1, 1, 0)
+    assert spy.texts == []  # the same chunk text: its vector is reused, nothing embedded
+    assert (again.read, again.unchanged) == (0, 2)  # once

@@ -31,8 +31,8 @@ from .document import Document, Section
 from .text import read_text_file
 
 __all__ = [
-    "KINDS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "clean_text",
-    "display_path", "kind_of", "read_document", "read_text_file", "time_budget",
+    "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document",
+    "clean_text", "display_path", "kind_of", "read_document", "read_text_file", "time_budget", "versioned_hash",
 ]
 
 #: File extension (lower case) → document kind.
@@ -46,6 +46,11 @@ KINDS = {
     ".pdf": "pdf",
     ".docx": "docx",
 }
+#: Kind → the version of its reader, raised when a reader keeps different text or headings from the
+#: same file (2: HTML keeps the main content and closes heading scopes, PDF takes headings from its
+#: outline). A document read by an older version is read again by the next ``metis index`` even
+#: though its file is unchanged (:func:`versioned_hash`); vectors of unchanged chunk texts are kept.
+READER_VERSIONS = {"md": 1, "txt": 1, "html": 2, "pdf": 2, "docx": 1}
 #: Kind → the module reading it, imported on first use (pypdf, python-docx and bs4 take a
 #: second to import: a search needs none of them).
 _READERS = {"md": "markdown", "txt": "text", "html": "html", "pdf": "pdf", "docx": "docx"}
@@ -54,6 +59,17 @@ _READERS = {"md": "markdown", "txt": "text", "html": "html", "pdf": "pdf", "docx
 def kind_of(path: str | os.PathLike) -> str | None:
     """Return the kind of a file from its extension (case-insensitive), or None if not read."""
     return KINDS.get(Path(path).suffix.lower())
+
+
+def versioned_hash(sha256_hex: str, kind: str | None) -> str:
+    """Return the content hash stored for a file: its SHA-256 (64 hex digits), followed by
+    ``":reader<N>"`` when its kind's reader is at version N > 1 (:data:`READER_VERSIONS`).
+
+    A file is unchanged for ``metis index`` when this string equals the stored one, so a new
+    reader version re-reads the files of its kind once.
+    """
+    version = READER_VERSIONS.get(kind or "", 1)
+    return sha256_hex if version == 1 else f"{sha256_hex}:reader{version}"
 
 
 def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Document:
