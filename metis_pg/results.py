@@ -151,7 +151,8 @@ class SearchWarning:
 
     Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
     ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``NO_WORDS`` (the question holds no letter or digit),
-    ``TOKENIZER_CHANGED``.
+    ``TOKENIZER_CHANGED``, ``REPLICA_SKIPPED`` (a read replica was down or lagging: another server
+    answered), ``READ_FROM_PRIMARY`` (no replica could serve: the primary answered).
     """
 
     code: str
