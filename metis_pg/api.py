@@ -17,6 +17,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
@@ -458,6 +459,9 @@ class Metis:
                 **index_options: Any) -> list[IndexReport]:
         """Index every folder source of `base` again (``metis index --base B`` with no path); one report each.
 
+        A source of which only single files were ever indexed reads those files again, not the
+        rest of their folder (``sources.whole_folder``).
+
         A source whose folder is gone (or unreadable) is not read: its report has no counts and
         a warning naming the folder, and its documents are kept. `index_options` are those of
         :meth:`index` (``on_progress``, ``max_file_bytes``, ``batch_documents``, ...);
@@ -474,8 +478,22 @@ class Metis:
         for s in found:
             if on_source is not None:
                 on_source(s)
+            # A source of single files (`metis index notes/todo.md`) reads those files again, not
+            # their whole folder; one gone from it is kept, with a warning naming it.
+            targets, gone = [s.root], []
+            if not s.whole_folder:
+                files = [Path(s.root) / p for p in s.paths]
+                targets = [f for f in files if f.is_file()]
+                gone = [p for p, f in zip(s.paths, files) if not f.is_file()]
+            kept = tuple(f"{Path(s.root) / p}: no longer a file: its document is kept (drop the base or index its"
+                         f" folder to remove it)" for p in gone)
+            if not targets:
+                reports.append(IndexReport(base=base, status=self.base(base).status, warnings=kept))
+                continue
             try:
-                reports.append(self.index(base, s.root, source=s.name, **index_options))
+                report = self.index(base, *targets, source=s.name, **index_options)
+                reports.append(dataclasses.replace(report, warnings=tuple(report.warnings) + kept) if kept
+                               else report)
             except InvalidInput as exc:
                 reports.append(IndexReport(base=base, status=self.base(base).status,
                                            warnings=(f"source {s.name!r} not read again: {exc.message};"

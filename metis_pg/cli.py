@@ -131,7 +131,8 @@ def _print_json(data: Any) -> None:
 @app.command()
 def index(
     paths: Annotated[Optional[list[Path]], typer.Argument(
-        help="Folders (each a source) or files. None: every folder source of --base again.")] = None,
+        help="Folders (each a source) or files. None: every source of --base again (a folder whole, files "
+             "indexed one by one: those files).")] = None,
     base: Annotated[Optional[str], typer.Option("--base", "-b", help="Base name (created with defaults if missing).")] = None,
     all_bases: Annotated[bool, typer.Option("--all", help="Index every folder source of every base again.")] = False,
     source: Annotated[Optional[str], typer.Option("--source", help="Source name (default: the folder's name).")] = None,
@@ -149,6 +150,7 @@ def index(
     Examples:
       metis index ./handbook --base docs --max-file-mb 50
       metis index --base docs     # every folder docs was indexed from: new, changed, deleted files
+                                  # (a file indexed on its own: that file again, not its folder)
       metis index --all           # every base
     """
     global _json_mode
@@ -266,7 +268,7 @@ def search(
                                                             "each passage came up.")] = False,
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="DENSE:KEYWORD weights of the legs in the fusion, e.g. 1.5:1 "
-                          "(default: the base's, 1:1 unless set at creation).")] = None,
+                          "(default: the base's, 2:1 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {_SPEC.rrf_k} unless set at creation).")] = None,
     min_score: Annotated[Optional[float], typer.Option(

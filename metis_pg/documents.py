@@ -77,11 +77,19 @@ def parse_target(text: str, known: Sequence[str] = ()) -> Target:
 
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
-    """A folder source of a base: its name, its folder, how many documents it holds."""
+    """A folder source of a base: its name, its folder, how many documents it holds.
+
+    Attributes:
+        whole_folder: the folder itself was indexed (re-indexing reads it whole); False: only
+            single files of it were (re-indexing reads those files again, no others).
+        paths: its documents' paths, relative to `root`.
+    """
 
     name: str
     root: str
     documents: int
+    whole_folder: bool = True
+    paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +118,11 @@ class DocumentInfo:
 
 @dataclass(frozen=True, slots=True)
 class DocumentChunk:
-    """One chunk of a document read back: where it starts (line or page), its headings and text."""
+    """One chunk of a document read back: where it starts (line or page), its headings and text.
+
+    ``line_end`` is the line where it ends (None for PDF, docx, and HTML chunks written before
+    schema revision 0009).
+    """
 
     chunk_id: int
     ordinal: int
@@ -118,6 +130,7 @@ class DocumentChunk:
     page: int | None
     headings: tuple[str, ...]
     text: str
+    line_end: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"chunk_id": self.chunk_id, "ordinal": self.ordinal}
@@ -167,7 +180,7 @@ def list_sources(pool: ConnectionPool, base: storage.BaseRow) -> list[SourceInfo
     """Return the folder sources of `base` by name (its notes' source, which has no folder, is not one)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sqlfiles.load("documents/sources"), {"base_id": base.base_id}).fetchall()
-    return [SourceInfo(r["name"], r["root"], r["documents"]) for r in rows]
+    return [SourceInfo(r["name"], r["root"], r["documents"], r["whole_folder"], tuple(r["paths"])) for r in rows]
 
 
 def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = None,
@@ -230,15 +243,22 @@ def get_documents(pool: ConnectionPool, base: storage.BaseRow, targets: Sequence
     for r in rows:
         chunks.setdefault(r["document_id"], []).append(DocumentChunk(
             chunk_id=r["chunk_id"], ordinal=r["ordinal"], line=r["line"], page=r["page"],
-            headings=tuple(r["headings"]), text=r["text"]))
+            headings=tuple(r["headings"]), text=r["text"], line_end=r["line_end"]))
     out = []
-    for t, d in chosen:
+    answered: set[int] = set()  # targets (by id) some document answered
+    missed: dict[int, list[str]] = {}  # target -> why each of its documents had no such line or page
+    for i, (t, d) in enumerate(chosen):
         every = chunks.get(d.document_id, [])
         part = _part(every, t)
         if part is None:
             where = f"page {t.page}" if t.page is not None else f"line {t.line}"
-            raise NotFound(f"{d.document} has no {where} that was indexed"
-                           f" ({len(every)} chunks{_span(every)})")
+            missed.setdefault(id(t), []).append(f"{d.document} (source {d.source}) has no {where} that was indexed"
+                                                f" ({len(every)} chunks{_span(every)})")
+            # Two sources may hold the same path: only a target none of them answers is an error.
+            if id(t) not in answered and not any(later is t for later, _ in chosen[i + 1:]):
+                raise NotFound("; ".join(missed[id(t)]))
+            continue
+        answered.add(id(t))
         out.append(DocumentText(base=base.name, info=d, chunks=tuple(part), whole=len(part) == len(every)))
     return out
 
@@ -271,6 +291,9 @@ def _part(chunks: list[DocumentChunk], t: Target) -> list[DocumentChunk] | None:
         lined = [c for c in chunks if c.line is not None]
         if not lined:
             return None
+        last = lined[-1]
+        if last.line_end is not None and t.line > last.line_end:
+            return None  # past the document's last indexed line: not its last chunk
         before = [c for c in lined if c.line <= t.line]
         return [before[-1] if before else lined[0]]
     return chunks

@@ -324,7 +324,8 @@ def index_paths(
         # Every source is checked (a name reading another folder is refused) before anything is
         # written or the base is marked as indexing: a refused run leaves the base as it was.
         source_ids = [
-            storage.ensure_source(conn, base.base_id, name, display_path(str(root))) for name, root, _, _ in plans
+            storage.ensure_source(conn, base.base_id, name, display_path(str(root)), whole_folder=deletes)
+            for name, root, _, deletes in plans
         ]
         storage.set_status(conn, base.base_id, "indexing")
 

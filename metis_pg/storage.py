@@ -316,25 +316,32 @@ def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: 
     )
 
 
-def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str | None) -> int:
+def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str | None, *,
+                  whole_folder: bool = True) -> int:
     """Return the id of the base's source `name`, creating it with folder `root`.
+
+    `whole_folder` says the folder itself is indexed (not single files of it); once true for a
+    source it stays true (``sources.whole_folder``: what ``metis index --base B`` reads again).
 
     Raises:
         InvalidInput: a source of that name already reads another folder.
     """
     row = conn.execute(
-        "SELECT source_id, root FROM sources WHERE base_id = %s AND name = %s", (base_id, name)
+        "SELECT source_id, root, whole_folder FROM sources WHERE base_id = %s AND name = %s", (base_id, name)
     ).fetchone()
     if row is not None:
         if root is not None and row[1] is not None and row[1] != root:
             raise InvalidInput(
                 f"source {name!r} of this base reads {row[1]}, not {root}: name the new source with --source"
             )
+        if whole_folder and not row[2]:
+            conn.execute("UPDATE sources SET whole_folder = true WHERE source_id = %s", (row[0],))
         return row[0]
     return conn.execute(
-        "INSERT INTO sources (base_id, name, root) VALUES (%s, %s, %s)"
-        " ON CONFLICT (base_id, name) DO UPDATE SET root = EXCLUDED.root RETURNING source_id",
-        (base_id, name, root),
+        "INSERT INTO sources (base_id, name, root, whole_folder) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (base_id, name) DO UPDATE SET root = EXCLUDED.root,"
+        " whole_folder = sources.whole_folder OR EXCLUDED.whole_folder RETURNING source_id",
+        (base_id, name, root, whole_folder),
     ).fetchone()[0]
 
 

@@ -105,6 +105,36 @@ def test_index_again_keeps_the_documents_of_a_folder_that_is_gone(dsn, indexed, 
     assert [b["documents"] for b in run_cli("status", indexed, "--json", "--dsn", dsn).json()] == [2]
 
 
+def test_index_again_reads_a_single_file_source_file_by_file_not_its_folder(dsn, base_name, tmp_path):
+    # `metis index notes/todo.md` makes source `notes`; re-indexing must not pull in the rest of `notes/`.
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.md").write_text("# Todo\n\nOil the lamp.\n", encoding="utf-8")
+    (notes / "private.md").write_text("# Private\n\nNot for the base.\n", encoding="utf-8")
+    assert run_cli("index", str(notes / "todo.md"), "--base", base_name, "--dsn", dsn).code == 0
+    (notes / "later.md").write_text("# Later\n\nAlso not for the base.\n", encoding="utf-8")
+    (notes / "todo.md").write_text("# Todo\n\nOil the lamp and the door.\n", encoding="utf-8")
+
+    result = run_cli("index", "--base", base_name, "--json", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    [report] = result.json()
+    assert (report["new"], report["changed"], report["deleted"]) == (0, 1, 0)
+    listed = lambda: [d["document"] for d in run_cli("ls", base_name, "--json", "--dsn", dsn).json()]  # noqa: E731
+    assert listed() == ["todo.md"]
+
+    (notes / "todo.md").unlink()  # gone from disk: kept, and said so
+    [report] = run_cli("index", "--base", base_name, "--json", "--dsn", dsn).json()
+    assert any("todo.md: no longer a file: its document is kept" in w for w in report["warnings"])
+    assert listed() == ["todo.md"]
+
+    # Once the folder itself is indexed, re-indexing reads it whole.
+    assert run_cli("index", str(notes), "--base", base_name, "--dsn", dsn).code == 0
+    (notes / "newest.md").write_text("# Newest\n\nA new page.\n", encoding="utf-8")
+    [report] = run_cli("index", "--base", base_name, "--json", "--dsn", dsn).json()
+    assert report["new"] == 1
+    assert listed() == ["later.md", "newest.md", "private.md"]
+
+
 def test_index_needs_a_base_or_all(dsn, kb, base_name):
     assert run_cli("index", str(kb), "--dsn", dsn).code == 2
     both = run_cli("index", "--all", "--base", base_name, "--dsn", dsn)
@@ -185,7 +215,21 @@ def test_get_an_unknown_document_names_close_ones_and_exits_4(dsn, indexed):
     glob = run_cli("get", indexed, "*.pdf", "--json", "--dsn", dsn)
     assert glob.code == 4 and glob.json()["error"]["code"] == "NOT_FOUND"
     line = run_cli("get", indexed, "router.txt:p2", "--dsn", dsn)
-    assert line.code == 4 and "router.txt has no page 2 that was indexed (1 chunks, lines 1-1)" in line.stderr
+    assert line.code == 4 and "router.txt (source kb) has no page 2 that was indexed (1 chunks, lines 1-1)" in line.stderr
+    past = run_cli("get", indexed, "guide/leave.md:99999", "--dsn", dsn)  # not its last chunk, silently
+    assert past.code == 4 and "guide/leave.md (source kb) has no line 99999 that was indexed" in past.stderr
+
+
+def test_get_a_line_of_a_path_two_sources_hold_reads_the_one_that_has_it(dsn, indexed, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "router.txt").write_text("\n".join(f"line {i} of the other router notes." for i in range(1, 41)),
+                                      encoding="utf-8")
+    assert run_cli("index", str(other), "--base", indexed, "--dsn", dsn).code == 0
+    result = run_cli("get", indexed, "router.txt:30", "--json", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    [doc] = result.json()["documents"] if isinstance(result.json(), dict) else result.json()
+    assert doc["source"] == "other" and "line 30 of the other" in doc["text"]
 
 
 # -- output formats, --min-score, questions with no word ---------------------------------
