@@ -100,7 +100,7 @@ def build_server(metis: Metis) -> MCPServer:
                              "best first. Each result's `citation` (document:line) and `base` read it back with `get`.")
     def search(
         question: str,
-        bases: list[str] | None = None,
+        bases: list[str] | str | None = None,
         mode: Literal["hybrid", "dense", "keyword"] = "hybrid",
         top_k: int = 10,
         prefix: str | None = None,
@@ -108,11 +108,11 @@ def build_server(metis: Metis) -> MCPServer:
         sources: list[str] | None = None,
         min_score: float | None = None,
     ) -> dict[str, Any]:
-        """bases: names (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
+        """bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
         docx; sources: source names; min_score: leave out results scored below it (the fused score in hybrid,
         cosine in dense, BM25 in keyword, the reranker's when reranked)."""
         try:
-            names = bases or [b.name for b in metis.list_bases()]
+            names = [bases] if isinstance(bases, str) else bases or [b.name for b in metis.list_bases()]
             filters = {k: v for k, v in (("path_prefix", prefix), ("kinds", kinds), ("sources", sources)) if v}
             answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters),
                                         min_score)

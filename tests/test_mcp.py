@@ -74,6 +74,9 @@ def test_metis_mcp_lists_tools_searches_and_reads_back_a_citation(dsn, metis, in
             keyword = structured(await client.call_tool(
                 "search", {"question": "router", "bases": [indexed], "mode": "keyword", "kinds": ["txt"]}))
             assert [r["citation"] for r in keyword["results"]] == ["router.txt:1"]
+            one_name = structured(await client.call_tool(  # agents often write one base as a string
+                "search", {"question": "router", "bases": indexed, "mode": "keyword", "kinds": ["txt"]}))
+            assert [r["citation"] for r in one_name["results"]] == ["router.txt:1"]
 
             bases = structured(await client.call_tool("list_bases", {}))
             mine = [b for b in bases["bases"] if b["name"] == indexed]

@@ -273,6 +273,7 @@ def test_docs_page_loads_swagger_ui_from_the_service_not_a_cdn(url):
     assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page)
     assert "cdn" not in page and not [a for a in assets if "://" in a], assets
     assert set(assets) >= {"/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/docs/favicon.png"}
+    assert '"validatorUrl": null' in page  # no badge fetched from validator.swagger.io
     for asset, media in (("/docs/swagger-ui-bundle.js", "javascript"), ("/docs/swagger-ui.css", "text/css"),
                          ("/docs/favicon.png", "image/png")):
         got = httpx.get(f"{url}{asset}")  # no token: the page must load where /docs does

@@ -41,6 +41,9 @@ def install(app: FastAPI, *, title: str, openapi_url: str = "/openapi.json") -> 
             openapi_url=openapi_url, title=f"{title} — API", oauth2_redirect_url="/docs/oauth2-redirect",
             swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
             swagger_favicon_url="/docs/favicon.png",
+            # Swagger UI would send the schema's URL to validator.swagger.io for a badge (a request to
+            # the internet, broken offline) whenever the page is opened by a host name.
+            swagger_ui_parameters={"validatorUrl": None},
         )
 
     @app.get("/docs/oauth2-redirect", include_in_schema=False)
