@@ -80,14 +80,16 @@ def _format(**flags: bool) -> str:
     Raises:
         InvalidInput: more than one format flag.
     """
-    global _json_mode
+    global _json_mode, _jsonl_mode
     chosen = [name for name, on in flags.items() if on]
     _json_mode = bool(chosen) and chosen[0] in ("json", "jsonl")
+    _jsonl_mode = bool(chosen) and chosen[0] == "jsonl"
     if len(chosen) > 1:
         raise InvalidInput("choose one output format: " + " or ".join(f"--{c}" for c in chosen))
     return chosen[0] if chosen else "text"
 
 _json_mode = False
+_jsonl_mode = False  # --jsonl: an error is one line of JSON too
 
 #: A base's defaults live in BaseSpec only; options show them in their help.
 _SPEC = BaseSpec()
@@ -121,8 +123,8 @@ def _open(dsn: str | None, *, upgrade: bool = False) -> "Metis":
     return connect(dsn, upgrade=upgrade)
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+def _print_json(data: Any, *, one_line: bool = False) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if one_line else 2) + "\n")
 
 
 # -- index -------------------------------------------------------------------
@@ -1070,7 +1072,7 @@ def main() -> None:
         sys.exit(130)
     except MetisError as exc:
         if _json_mode:
-            _print_json(exc.to_dict())
+            _print_json(exc.to_dict(), one_line=_jsonl_mode)
         else:
             err.print(f"error [{exc.code}]: {exc.message}", markup=False)
         sys.exit(exc.exit_code)

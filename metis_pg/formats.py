@@ -30,7 +30,8 @@ __all__ = ["FORMATS", "order_score", "cut_below", "search_output", "documents_ou
 #: Every format but the people's default (``text``).
 FORMATS = ("json", "jsonl", "csv", "md", "files")
 
-SEARCH_COLUMNS = ("rank", "base", "source", "document", "line", "page", "title", "headings", "score",
+SEARCH_COLUMNS = ("rank", "base", "source", "document", "line", "line_start", "line_end", "page", "page_start",
+                  "page_end", "title", "headings", "score",
                   "dense", "dense_rank", "keyword", "keyword_rank", "fused", "rerank", "chunk_id", "snippet")
 DOCUMENT_COLUMNS = ("source", "document", "title", "kind", "chunks", "size_bytes", "indexed_at")
 
@@ -82,6 +83,8 @@ def markdown(answer: SearchResponse) -> str:
         lines.append(f"{rank}. **{where}{c.location()}** — {heading} (score {r.score:.4g})")
         lines.extend(f"   > {line}".rstrip() for line in r.text.splitlines() or [""])
         lines.append("")
+    if not lines:  # an empty answer is said, as in the text output (a paste shows why nothing came)
+        return "_no results_\n"
     return "\n".join(lines)
 
 
@@ -100,7 +103,8 @@ def search_output(answer: SearchResponse, fmt: str) -> str:
         rows = []
         for i, r in enumerate(answer.results, start=1):
             c, s = r.citation, r.scores
-            rows.append([i, r.base, c.source, c.document, c.line, c.page, c.title, " > ".join(c.headings), r.score,
+            rows.append([i, r.base, c.source, c.document, c.line, c.line_start, c.line_end, c.page, c.page_start,
+                         c.page_end, c.title, " > ".join(c.headings), r.score,
                          s.dense, s.dense_rank, s.keyword, s.keyword_rank, s.fused, s.rerank, r.chunk_id, c.snippet])
         return _csv(rows, SEARCH_COLUMNS)
     raise ValueError(f"unknown format {fmt!r}")

@@ -252,6 +252,8 @@ def test_search_jsonl_csv_md_and_files(dsn, metis, indexed):
     assert [(t["rank"], t["document"], t["line"]) for t in table] == [
         (str(i), r.citation.document, str(r.citation.line or "")) for i, r in enumerate(want.results, start=1)]
     assert table[0]["headings"] == " > ".join(want.results[0].citation.headings)
+    assert (table[0]["line_start"], table[0]["line_end"]) == (
+        str(want.results[0].citation.line_start), str(want.results[0].citation.line_end))
     assert float(table[0]["fused"]) == pytest.approx(want.results[0].scores.fused)
 
     md = run_cli(*args, "--md")
@@ -266,6 +268,12 @@ def test_search_jsonl_csv_md_and_files(dsn, metis, indexed):
 
     both = run_cli(*args, "--csv", "--md")
     assert both.code == 2 and "choose one output format: --csv or --md" in both.stderr
+
+    nothing = run_cli("search", indexed, "zyzzyva", "--mode", "keyword", "--md", "--dsn", dsn)
+    assert nothing.code == 0 and nothing.stdout == "_no results_\n"
+    error = run_cli("search", "no-such-base", "router", "--jsonl", "--dsn", dsn)  # one JSON line, as --jsonl says
+    assert error.code == 4 and len(error.stdout.splitlines()) == 1
+    assert json.loads(error.stdout)["error"]["code"] == "BASE_NOT_FOUND"
 
 
 def test_ls_formats(dsn, indexed):
