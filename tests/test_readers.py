@@ -308,6 +308,23 @@ def test_html_keeps_the_main_content_without_navigation_headers_footers_or_sideb
     ]
 
 
+def test_html_permalink_signs_are_not_part_of_headings_or_text(tmp_path):
+    # Sphinx writes <a class="headerlink">¶</a> after each heading and definition (Debian's HTML manuals).
+    path = tmp_path / "policy.html"
+    path.write_text('<body><div class="body"><h1>Contents<a class="headerlink" href="#c" title="Permalink">¶</a></h1>'
+                    '<h2>Packaging<a class="headerlink" href="#p">¶</a></h2>'
+                    '<dl><dt>ffi_call<a class="headerlink" href="#f">¶</a></dt><dd>Calls a function.</dd></dl>'
+                    '<p>See <a class="reference" href="#x">#</a> and <a class="permalink" href="#y">the anchor</a>.'
+                    '</p></div></body>', encoding="utf-8")
+
+    doc = read_document(path)
+
+    assert "¶" not in doc.text and all("¶" not in h for s in doc.sections for h in s.headings)
+    assert doc.sections[0].headings == ("Contents", "Packaging")
+    assert "ffi_call\n\nCalls a function." in doc.text
+    assert "See # and the anchor." in doc.text  # a link that is not a bare sign stays, whatever its class
+
+
 def test_html_main_element_is_the_content_when_the_page_has_one(tmp_path):
     path = tmp_path / "main.html"
     path.write_text("<body><div>Menu: Home About</div><main><h1>Pricing</h1><p>Ten euros a month.</p></main>"

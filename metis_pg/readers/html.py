@@ -336,6 +336,22 @@ def _defuse(text: str) -> str:
     return text
 
 
+#: Permalink anchors generators put after each heading (Sphinx ``<a class="headerlink">¶</a>``,
+#: MkDocs, Docusaurus ``hash-link``): a sign, not a word of the heading or of the text.
+_PERMALINK_CLASSES = {"headerlink", "permalink", "anchorlink", "anchor-link", "hash-link", "header-anchor"}
+_PERMALINK_SIGNS = {"¶", "#", "§", "🔗", ""}
+
+
+def _drop_permalinks(soup: BeautifulSoup) -> None:
+    """Remove permalink anchors (one linear pass over the ``<a>`` elements)."""
+    for a in soup.find_all("a"):
+        classes = a.get("class") or []
+        if isinstance(classes, str):
+            classes = classes.split()
+        if _PERMALINK_CLASSES.intersection(classes) and a.get_text().strip() in _PERMALINK_SIGNS:
+            a.decompose()
+
+
 def read(path: str, data: bytes) -> Document:
     """Return the Document of an HTML file's bytes.
 
@@ -347,6 +363,7 @@ def read(path: str, data: bytes) -> Document:
     try:
         with _gc_paused():
             soup = BeautifulSoup(_defuse(text), "html.parser")
+            _drop_permalinks(soup)
             walker = _Walker()
             walker.walk(_main_content(soup))
             walker.flush()
