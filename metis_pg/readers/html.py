@@ -29,10 +29,11 @@ instead of 2 s.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from bs4 import BeautifulSoup, CData, NavigableString, Tag
@@ -58,25 +59,41 @@ _CELLS = {"td", "th"}
 _WORD = re.compile(r"\S+")
 
 
-def _collapse_lines(raw: str, line: int | None) -> tuple[str, tuple[int, ...]]:
-    """Return ``collapse(raw)`` and its line map: ``(offset, line)`` after each run of whitespace
-    holding newlines (``line``: the source line of the first non-blank character; None: no map)."""
-    if line is None:
-        return collapse(raw), ()
+def _collapse_lines(raw: str, line: int | None, anchors: Sequence[tuple[int, int]] = ()
+                    ) -> tuple[str, tuple[int, ...], int | None]:
+    """Return ``collapse(raw)``, its line map and the source line of its first word.
+
+    The line map holds ``(offset, line)`` pairs: from ``offset`` in the collapsed text on, the
+    source line is ``line`` (a pair wherever it changes). A word's line is that of the last
+    anchor before it (``(offset in raw, line)``: where an element's content starts in the
+    source, newlines inside its start tag counted) plus the newlines of `raw` since; before any
+    anchor, `line` (the block's first line; None and no anchors: no map, no line).
+    """
+    if line is None and not anchors:
+        return collapse(raw), (), None
     words: list[str] = []
     line_map: list[int] = []
-    size, previous_end = 0, None
+    size, first, previous = 0, None, None
+    pos, current = 0, line  # the line at raw offset `pos` (None: not known yet)
+    next_anchor = 0
     for m in _WORD.finditer(raw):
-        if previous_end is not None:
+        while next_anchor < len(anchors) and anchors[next_anchor][0] <= m.start():
+            pos, current = anchors[next_anchor]
+            next_anchor += 1
+        if current is not None:  # counted from the last word or anchor: linear in `raw`
+            current += raw.count("\n", pos, m.start())
+            pos = m.start()
+        if words:
             size += 1
-            newlines = raw.count("\n", previous_end, m.start())
-            if newlines:
-                line += newlines
-                line_map += (size, line)
+        if current is not None:
+            if first is None:
+                first = current
+            elif current != previous:
+                line_map += (size, current)
+            previous = current
         words.append(m.group())
         size += m.end() - m.start()
-        previous_end = m.end()
-    return " ".join(words), tuple(line_map)
+    return " ".join(words), tuple(line_map), first
 
 
 #: Inline tags: no heading scope ends with one (the walker marks only the end of the others).
@@ -199,8 +216,14 @@ def _main_content(soup: BeautifulSoup) -> Tag:
 class _Walker:
     """Walks the tree in document order, flushing one body block at each block boundary."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str = "") -> None:
         self.out = TextBuilder()
+        # The parsed HTML, to find where an element's content starts (after a start tag written
+        # over several lines, as DocBook's `<B\nCLASS="COMMAND"\n>`): line starts computed once.
+        self._source = source
+        self._line_starts = [0, *(m.end() for m in re.finditer("\n", source))]
+        self._anchors: list[tuple[int, int]] = []  # (offset in the buffer, line) of each element's content
+        self._buffer_len = 0
         self.path = HeadingPath()
         self.first_h1: str | None = None
         self._buffer: list[str] = []
@@ -211,17 +234,57 @@ class _Walker:
 
     def flush(self) -> None:
         if self._buffer:
-            text, line_map = _collapse_lines("".join(self._buffer), self._line)
-            self.out.body(text, self.path.path, line=self._line, line_map=line_map)
+            text, line_map, first = _collapse_lines("".join(self._buffer), self._line, self._anchors)
+            self.out.body(text, self.path.path, line=first if first is not None else self._line, line_map=line_map)
         self._buffer, self._buffer_has_text, self._line = [], False, None
+        self._anchors, self._buffer_len = [], 0
+
+    def _content_line(self, node: Tag) -> int | None:
+        """The source line where `node`'s content starts: its start tag's line plus the newlines
+        inside that tag (looked for within 4,096 characters: tag soup stays linear)."""
+        start = self._offset(node)
+        if start is None:
+            return None
+        end = self._source.find(">", start, start + 4096)
+        return node.sourceline + (self._source.count("\n", start, end) if end > start else 0)
 
     def _add(self, content: str) -> None:
         self._buffer.append(content)
+        self._buffer_len += len(content)
         if not self._buffer_has_text and not content.isspace():
             self._buffer_has_text = True
 
+    def _offset(self, node: object) -> int | None:
+        """Where the start tag of `node` (an element) is in the parsed HTML; None if not known."""
+        if not isinstance(node, Tag) or node.sourceline is None or node.sourcepos is None \
+                or node.sourceline > len(self._line_starts):
+            return None
+        return self._line_starts[node.sourceline - 1] + node.sourcepos
+
+    def _text_line(self, node: NavigableString, content: str) -> int | None:
+        """The source line where `content` (a text node) starts: its first 40 characters found in
+        the parsed HTML between the start tag of its previous sibling (else its parent) and that of
+        its next sibling (else within 8,192 characters). None when not found there: text with an
+        entity (``&rsquo;``) is not as it is in the source."""
+        probe = content[:40]
+        if "&" in probe or not probe.strip():
+            return None
+        start = self._offset(node.previous_sibling)
+        if start is None:
+            start = self._offset(node.parent)
+        if start is None:
+            return None
+        end = self._offset(node.next_sibling)
+        at = self._source.find(probe, start, end if end is not None and end > start else start + 8192)
+        if at < 0:
+            return None
+        return bisect.bisect_right(self._line_starts, at)
+
     def text(self, node: NavigableString) -> None:
         content = str(node)
+        line = self._text_line(node, content)
+        if line is not None:
+            self._anchors.append((self._buffer_len, line))
         parent = node.parent
         if self._line is None and content.strip() and parent is not None and parent.sourceline is not None:
             # Exact when the text opens its element; else the element's first line.
@@ -284,6 +347,9 @@ class _Walker:
             self._add(" ")
         if name in _BLOCKS:
             self.flush()
+        line = self._content_line(node)
+        if line is not None:
+            self._anchors.append((self._buffer_len, line))
         if name not in _INLINE:
             stack.append((node, True))
         stack.extend((child, False) for child in reversed(node.contents))
@@ -362,9 +428,10 @@ def read(path: str, data: bytes) -> Document:
     text = decode_text(data, path, declared=declared)
     try:
         with _gc_paused():
-            soup = BeautifulSoup(_defuse(text), "html.parser")
+            source = _defuse(text)
+            soup = BeautifulSoup(source, "html.parser")
             _drop_permalinks(soup)
-            walker = _Walker()
+            walker = _Walker(source)
             walker.walk(_main_content(soup))
             walker.flush()
             title_tag = soup.find("title")
