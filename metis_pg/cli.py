@@ -168,7 +168,11 @@ def index(
     options = {"max_file_bytes": max_file_bytes, "batch_documents": batch}
     with _open(dsn) as m:
         if paths:
+            known = [i.name for i in m.list_bases()]
             report = _index_with_progress(m, base, paths, source, quiet=as_json, **options)
+            if base not in known and not as_json:  # a typo'd --base would otherwise pass unnoticed
+                err.print(_visible(f"created base {base!r} with the defaults"
+                                   + (f" (other bases: {', '.join(known)})" if known else "")), markup=False)
             if as_json:
                 _print_json(report.to_dict())
             else:
@@ -1058,6 +1062,8 @@ def demo(
 
 def main() -> None:
     """Entry point of the ``metis`` console script: one place turns errors into exit codes."""
+    global _json_mode, _jsonl_mode
+    _json_mode = _jsonl_mode = False  # each command sets them (a second call in one process starts clean)
     try:
         code = app(standalone_mode=False)
         if isinstance(code, int) and code:

@@ -154,6 +154,19 @@ def test_a_failed_index_leaves_no_empty_base(dsn, base_name, tmp_path):
     assert base_name in bases(dsn)
 
 
+def test_index_into_a_new_base_says_it_creates_it(dsn, indexed, kb, base_name, metis):
+    typo = f"{base_name}-typo"
+    try:
+        result = run_cli("index", str(kb), "--base", typo, "--dsn", dsn)
+        assert result.code == 0, result.stderr
+        assert f"created base {typo!r} with the defaults (other bases: " in result.stderr
+        assert indexed in result.stderr
+        again = run_cli("index", str(kb), "--base", typo, "--dsn", dsn)
+        assert "created base" not in again.stderr
+    finally:
+        metis.drop_base(typo)
+
+
 # -- get and ls ---------------------------------------------------------------------------
 
 
