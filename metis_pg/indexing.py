@@ -98,7 +98,9 @@ def walk_source(
 
     Hidden files and folders (``.git``) are skipped; symbolic links to folders
     are not followed (no loops), links to files outside `root`, dangling links
-    and link loops are skipped: each is logged and given to `on_skip(path, reason)`.
+    and link loops are skipped, and so are links to a file of `root` that is
+    indexed under its own name (no document twice): each is logged and given to
+    `on_skip(path, reason)`.
 
     The walk is iterative (a folder nested thousands of levels deep raises no
     RecursionError). A folder that cannot be listed (no permission, I/O error,
@@ -166,6 +168,11 @@ def _link_refusal(root: Path, path: Path, entry: os.DirEntry) -> str | None:
             return "symbolic link to something other than a file: not followed"
     except OSError as exc:
         return f"symbolic link to something that cannot be read ({exc.strerror or exc}): not followed"
+    inside = target.relative_to(root)
+    if kind_of(target.name) is not None and not any(part.startswith(".") for part in inside.parts):
+        # Debian's docs link index.html -> python-policy.html: the target is indexed itself, and a
+        # second copy would put every passage twice in the results.
+        return f"symbolic link to {display_path(inside.as_posix())}, which is indexed under its own name"
     return None
 
 

@@ -46,6 +46,7 @@ LINKS = {
     "outside.txt": "symbolic link leaving",
     "loop1.txt": "symbolic link loop",
     "loop2.txt": "symbolic link loop",
+    "index.md": "symbolic link to good.md, which is indexed under its own name",
 }
 
 
@@ -94,6 +95,7 @@ def make_folder(root: Path) -> Path:
     os.symlink(kb / "loop2.txt", kb / "loop1.txt")
     os.symlink(kb / "loop1.txt", kb / "loop2.txt")
     os.symlink(kb, kb / "loopdir")
+    os.symlink(kb / "good.md", kb / "index.md")  # a second name of a file indexed under its own
     return kb
 
 
