@@ -150,7 +150,7 @@ class SearchWarning:
     """Something a search could not do (SPEC F14); the search still answered.
 
     Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
-    ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``NO_WORDS`` (the question holds no letter or digit),
+    ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``FILTERS_MATCH_NOTHING``, ``NO_WORDS`` (the question holds no letter or digit),
     ``TOKENIZER_CHANGED``, ``REPLICA_SKIPPED`` (a read replica was down or lagging: another server
     answered), ``READ_FROM_PRIMARY`` (no replica could serve: the primary answered).
     """

@@ -21,7 +21,7 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
 4. **Memory order** (SPEC F11): facts that still hold before replaced ones, each
    group in its ranked order.
 5. **Warnings** about what is indexed (``NOTHING_INDEXED``, ``NO_READABLE_DOCUMENT``,
-   ``NO_VECTOR_YET``), about the filters (``UNKNOWN_SOURCE``), and about a base whose
+   ``NO_VECTOR_YET``), about the filters (``UNKNOWN_SOURCE``, ``FILTERS_MATCH_NOTHING``), and about a base whose
    postings an older tokenizer made (``TOKENIZER_CHANGED``).
 
 A search adds one to each base's count for the day (SPEC F20) unless asked not to
@@ -38,7 +38,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from . import retrieval, storage
+from . import retrieval, sqlfiles, storage
 from .chunking import embedding_text
 from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
@@ -276,6 +276,8 @@ class SearchPipeline:
         candidates = lists[0][1] if len(lists) == 1 else merge_by_rank(lists, fetch)
         warnings.extend(health_warnings(request.bases, health, mode))
         warnings.extend(unknown_source_warnings(request.bases, health, request.filters))
+        if not candidates and not warnings:
+            warnings.extend(self._filter_warnings([r.base_id for r in rows], request))
         warnings.extend(tokenizer_warnings({r.name: specs[r.base_id] for r in rows}, mode))
 
         rerank_scores: dict[int, float] = {}
@@ -307,6 +309,28 @@ class SearchPipeline:
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
         )
+
+    def _filter_warnings(self, base_ids: list[int], request: SearchRequest) -> list[SearchWarning]:
+        """``FILTERS_MATCH_NOTHING`` when the search found nothing because its filters keep no
+        document of the bases (a mistyped ``--prefix``), not because nothing matched the question."""
+        f = request.filters
+        if f.path_prefix is None and f.kinds is None and f.sources is None:
+            return []
+        with self.pool.connection() as conn:
+            documents = conn.execute(sqlfiles.load("search/filtered_documents"), {
+                "base_ids": base_ids, "path_prefix": f.path_prefix,
+                "kinds": list(f.kinds) if f.kinds is not None else None,
+                "sources": list(f.sources) if f.sources is not None else None,
+            }).fetchone()[0]
+        if documents:
+            return []
+        asked = "; ".join(part for part in (
+            f"path prefix {f.path_prefix!r}" if f.path_prefix is not None else "",
+            f"kinds {', '.join(f.kinds)}" if f.kinds is not None else "",
+            f"sources {', '.join(f.sources)}" if f.sources is not None else "") if part)
+        return [SearchWarning("FILTERS_MATCH_NOTHING",
+                              f"no document of {', '.join(map(repr, request.bases))} matches the filters ({asked}):"
+                              " nothing was searched")]
 
     def _embed_question(self, spec: BaseSpec, request: SearchRequest, warnings: list[SearchWarning]) -> Any:
         try:

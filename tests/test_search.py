@@ -201,6 +201,18 @@ def test_sources_filter_keeps_one_folder(metis, base_name, tmp_path):
     assert typo.results == ()
     assert [(w.code, w.message) for w in typo.warnings] == [
         ("UNKNOWN_SOURCE", "no base searched has a source named 'handbok' (sources: handbook, wiki)")]
+    # A prefix or kind no document has: said, not an empty list that looks like "nothing matched".
+    nothing = metis.search(base_name, "lighthouse keeper", mode="keyword", filters={"path_prefix": "nope/"})
+    assert nothing.results == ()
+    assert [(w.code, w.message) for w in nothing.warnings] == [
+        ("FILTERS_MATCH_NOTHING", f"no document of {base_name!r} matches the filters (path prefix 'nope/'):"
+                                  " nothing was searched")]
+    no_pdf = metis.search(base_name, "lighthouse keeper", mode="keyword", filters={"kinds": ["pdf"],
+                                                                                  "sources": ["wiki"]})
+    assert [w.code for w in no_pdf.warnings] == ["FILTERS_MATCH_NOTHING"]
+    assert "(kinds pdf; sources wiki)" in no_pdf.warnings[0].message
+    unmatched = metis.search(base_name, "zyzzyva", mode="keyword", filters={"sources": ["wiki"]})
+    assert unmatched.results == () and unmatched.warnings == ()  # the filter keeps a.md: the words are missing
 
 
 @pytest.mark.parametrize(
