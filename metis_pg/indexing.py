@@ -49,7 +49,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from . import storage
+from . import sqlfiles, storage
 from .chunking import Chunk, chunk_document, embedding_text
 from .config import BaseSpec, Settings
 from .errors import DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
@@ -240,6 +240,32 @@ def embed_missing(
             on_progress(done, max(todo, done))
 
 
+def _refuse_nested_sources(conn: psycopg.Connection, base: storage.BaseRow, planned: Sequence[tuple[str, Path]]
+                           ) -> None:
+    """Refuse a folder inside (or holding) the folder of another source of the base: its files
+    would be indexed twice, under two sources, and every passage would come up twice.
+
+    Raises:
+        InvalidInput: naming the source that already reads them and the command to run instead.
+    """
+    rows = conn.execute(sqlfiles.load("documents/sources"), {"base_id": base.base_id}).fetchall()
+    for name, root in planned:
+        for other_name, other_root, *_ in rows:
+            if other_name == name:
+                continue  # the same source (its folder is checked by storage.ensure_source)
+            other = Path(other_root)
+            if root != other and root.is_relative_to(other):
+                raise InvalidInput(
+                    f"{display_path(str(root))} is inside {display_path(other_root)}, which source {other_name!r} of"
+                    f" base {base.name!r} already reads: index that folder again (metis index"
+                    f" {display_path(other_root)} --base {base.name}; unchanged files are skipped)")
+            if root != other and other.is_relative_to(root):
+                raise InvalidInput(
+                    f"{display_path(str(root))} holds {display_path(other_root)}, which source {other_name!r} of"
+                    f" base {base.name!r} already reads: its files would be indexed twice; index the other"
+                    f" folders one by one, or into another base")
+
+
 def _source_of(
     path: Path,
     source_name: str | None,
@@ -328,6 +354,7 @@ def index_paths(
     total = sum(len(files) for _, _, files, _ in plans)
 
     with pool.connection() as conn:
+        _refuse_nested_sources(conn, base, [(name, root) for name, root, _, _ in plans])
         # Every source is checked (a name reading another folder is refused) before anything is
         # written or the base is marked as indexing: a refused run leaves the base as it was.
         source_ids = [

@@ -339,3 +339,20 @@ def test_compare_with_mode_is_refused(dsn, indexed):
                                          f"(hybrid, dense, keyword): drop --mode {mode}")
     assert run_cli("search", indexed, "vacation", "--compare", "--csv", "--dsn", dsn).code == 2
     assert run_cli("search", indexed, "vacation", "--compare", "--dsn", dsn).code == 0
+
+
+def test_a_folder_inside_or_holding_another_source_is_refused(dsn, indexed, kb, base_name):
+    # kb is source "kb": indexing kb/guide (or one file of it) as its own source would hold every
+    # passage twice; so would indexing kb's parent.
+    inside = run_cli("index", str(kb / "guide"), "--base", indexed, "--dsn", dsn)
+    assert inside.code == 2
+    assert (f"{(kb / 'guide').resolve()} is inside {kb.resolve()}, which source 'kb' of base {indexed!r} already"
+            f" reads: index that folder again") in inside.stderr
+    one_file = run_cli("index", str(kb / "guide" / "leave.md"), "--base", indexed, "--dsn", dsn)
+    assert one_file.code == 2 and "which source 'kb'" in one_file.stderr
+    holding = run_cli("index", str(kb.parent), "--base", indexed, "--dsn", dsn)
+    assert holding.code == 2 and f"holds {kb.resolve()}, which source 'kb'" in holding.stderr
+    assert [d["document"] for d in run_cli("ls", indexed, "--json", "--dsn", dsn).json()] == [
+        "guide/leave.md", "router.txt"]
+    same = run_cli("index", str(kb / "router.txt"), "--base", indexed, "--dsn", dsn)  # a file of kb itself: fine
+    assert same.code == 0, same.stderr
