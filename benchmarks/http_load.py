@@ -275,16 +275,21 @@ def main() -> int:
             clients_pool.shutdown()
             m.drop_base(base)
             m.close()
-        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-        print(f"command: {command}")
-        print(f"machine: {machine}; load after: {_load()}")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"command": command, "machine": machine, "chunks": report.chunks,
-                                                   "results": results}, indent=2))
-        return 1 if any(r["errors"] for r in results) else 0
+        return _summary(args, report.chunks, results)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _summary(args: argparse.Namespace, chunks: int, results: list[dict]) -> int:
+    """Print the command and the machine, write ``--json`` if asked; return 1 if any search failed, else 0."""
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"command: {command}")
+    print(f"machine: {machine}; load after: {_load()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": command, "machine": machine, "chunks": chunks,
+                                               "results": results}, indent=2))
+    return 1 if any(r["errors"] for r in results) else 0
 
 
 #: Replica mode's setups: name -> (database servers, read URLs from (primary, standby)).
@@ -345,14 +350,7 @@ def replica_mode(args: argparse.Namespace, client_counts: list[int], setups: lis
             clients_pool.shutdown()
             writer.drop_base(base)
             writer.close()
-        command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-        machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-        print(f"command: {command}")
-        print(f"machine: {machine}; load after: {_load()}")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"command": command, "machine": machine, "chunks": report.chunks,
-                                                   "results": results}, indent=2))
-        return 1 if any(r["errors"] for r in results) else 0
+        return _summary(args, report.chunks, results)
     finally:
         if made_standby is not None:
             replicas.remove_standby(made_standby, dsn)
