@@ -13,3 +13,27 @@ def write_corpus(folder: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return folder
+
+
+#: The small handbook the CLI and MCP tests index: a Markdown page with headings (``[x]``: a
+#: passage holding Rich markup, printed as written) and a one-line text file.
+LEAVE = """# Handbook
+
+## Leave policy
+
+### Vacation
+
+Full-time staff get 25 days of paid vacation per calendar year.
+Ask with [the leave form](forms/leave.pdf) two weeks ahead.
+
+## Expenses
+
+Keep every receipt [x] and file it within 30 days.
+"""
+
+ROUTER = "Reset the router using the red button for ten seconds."
+
+
+def write_handbook(folder: Path) -> Path:
+    """Write the handbook (``guide/leave.md``: :data:`LEAVE`, ``router.txt``: :data:`ROUTER`) under `folder`."""
+    return write_corpus(folder, {"guide/leave.md": LEAVE, "router.txt": ROUTER})

@@ -13,35 +13,16 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli, run_script
+from corpus import write_handbook
 from metis_pg import migrate
 from model_servers import free_port
-
-LEAVE = """# Handbook
-
-## Leave policy
-
-### Vacation
-
-Full-time staff get 25 days of paid vacation per calendar year.
-Ask with [the leave form](forms/leave.pdf) two weeks ahead.
-
-## Expenses
-
-Keep every receipt [x] and file it within 30 days.
-"""
-
-ROUTER = "Reset the router using the red button for ten seconds."
 
 SCORES_LINE = re.compile(r"^   meaning \d\.\d{3} \(#\d+\) · words \d+\.\d{2} \(#\d+\) · fused 0\.0\d{3}$")
 
 
 @pytest.fixture()
 def kb(tmp_path: Path) -> Path:
-    folder = tmp_path / "kb"
-    (folder / "guide").mkdir(parents=True)
-    (folder / "guide" / "leave.md").write_text(LEAVE, encoding="utf-8")
-    (folder / "router.txt").write_text(ROUTER, encoding="utf-8")
-    return folder
+    return write_handbook(tmp_path / "kb")
 
 
 @pytest.fixture()

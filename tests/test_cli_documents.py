@@ -15,31 +15,12 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
-
-LEAVE = """# Handbook
-
-## Leave policy
-
-### Vacation
-
-Full-time staff get 25 days of paid vacation per calendar year.
-Ask with [the leave form](forms/leave.pdf) two weeks ahead.
-
-## Expenses
-
-Keep every receipt and file it within 30 days.
-"""
-
-ROUTER = "Reset the router using the red button for ten seconds."
+from corpus import LEAVE, ROUTER, write_handbook
 
 
 @pytest.fixture()
 def kb(tmp_path: Path) -> Path:
-    folder = tmp_path / "kb"
-    (folder / "guide").mkdir(parents=True)
-    (folder / "guide" / "leave.md").write_text(LEAVE, encoding="utf-8")
-    (folder / "router.txt").write_text(ROUTER, encoding="utf-8")
-    return folder
+    return write_handbook(tmp_path / "kb")
 
 
 @pytest.fixture()

@@ -12,28 +12,12 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from cli_runner import METIS_SCRIPT
-
-LEAVE = """# Handbook
-
-## Leave policy
-
-### Vacation
-
-Full-time staff get 25 days of paid vacation per calendar year.
-
-## Expenses
-
-Keep every receipt and file it within 30 days.
-"""
+from corpus import write_handbook
 
 
 @pytest.fixture()
 def indexed(metis, base_name, tmp_path: Path) -> str:
-    folder = tmp_path / "kb"
-    (folder / "guide").mkdir(parents=True)
-    (folder / "guide" / "leave.md").write_text(LEAVE, encoding="utf-8")
-    (folder / "router.txt").write_text("Reset the router using the red button for ten seconds.", encoding="utf-8")
-    metis.index(base_name, folder)
+    metis.index(base_name, write_handbook(tmp_path / "kb"))
     return base_name
 
 
