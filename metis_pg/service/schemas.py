@@ -60,13 +60,15 @@ _SPEC = BaseSpec()
 
 #: A weight of a leg in the fusion: a finite number >= 0 (both 0 is refused by the search, 400).
 Weight = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+#: The RRF constant k of ``weight / (k + rank)``.
+RrfK = Annotated[StrictInt, Field(ge=1, le=10_000)]
 
 
 class FusionIn(_Body):
     """Overrides the bases' fusion parameters for one search (any of them; the rest from each base's spec):
     ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``."""
 
-    rrf_k: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = Field(
+    rrf_k: RrfK | None = Field(
         None, description=f"RRF constant; default the base's ({_SPEC.rrf_k} unless set at creation)")
     dense_weight: Weight | None = Field(
         None, description=f"weight of the dense leg; default the base's ({_SPEC.dense_weight:g} unless set)")
@@ -127,7 +129,7 @@ class CreateBaseIn(_Body):
         None, description=f"seconds; default {_SPEC.model_timeout_s:g}")
     chunk_size: Annotated[StrictInt, Field(ge=200, le=20000)] | None = Field(
         None, description=f"characters; default {_SPEC.chunk_size}")
-    rrf_k: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = Field(
+    rrf_k: RrfK | None = Field(
         None, description=f"RRF constant of the fusion; default {_SPEC.rrf_k}")
     dense_weight: Weight | None = Field(
         None, description=f"weight of the dense leg in the fusion (not both 0); default {_SPEC.dense_weight:g}")
