@@ -314,14 +314,12 @@ class SearchPipeline:
         """``FILTERS_MATCH_NOTHING`` when the search found nothing because its filters keep no
         document of the bases (a mistyped ``--prefix``), not because nothing matched the question."""
         f = request.filters
-        if f.path_prefix is None and f.kinds is None and f.sources is None:
+        params = f.to_params()
+        if params["unfiltered"]:
             return []
         with self.pool.connection() as conn:
-            documents = conn.execute(sqlfiles.load("search/filtered_documents"), {
-                "base_ids": base_ids, "path_prefix": f.path_prefix,
-                "kinds": list(f.kinds) if f.kinds is not None else None,
-                "sources": list(f.sources) if f.sources is not None else None,
-            }).fetchone()[0]
+            documents = conn.execute(sqlfiles.load("search/filtered_documents"),
+                                     {**params, "base_ids": base_ids}).fetchone()[0]
         if documents:
             return []
         asked = "; ".join(part for part in (
