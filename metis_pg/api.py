@@ -116,6 +116,12 @@ class Metis:
             return read(self.pool), []
         return self.replicas.run(read, consistent=consistent)
 
+    def _read_answer(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> T:
+        """:meth:`_read` for an answer with ``warnings`` (a search, a comparison): the routing
+        warnings come first in them."""
+        answer, routing = self._read(read, consistent=consistent)
+        return dataclasses.replace(answer, warnings=(*routing, *answer.warnings)) if routing else answer
+
     def replica_status(self) -> list[replicas.ReplicaStatus]:
         """Measure each read replica now; return their status and replay lag ([] with none).
 
@@ -601,12 +607,12 @@ class Metis:
             pipeline = SearchPipeline(pool, embedder_for, self.reranker, count_pool=self.pool)
             return to_response(pipeline.run(request, count=count))
 
-        answer, routing = self._read(read, consistent=consistent)
-        return dataclasses.replace(answer, warnings=(*routing, *answer.warnings)) if routing else answer
+        return self._read_answer(read, consistent=consistent)
 
-    def pipeline(self) -> SearchPipeline:
-        """Return the search pipeline over this database with the shared model clients."""
-        return SearchPipeline(self.pool, self.embedder, self.reranker)
+    def pipeline(self, pool: db.Pool | None = None) -> SearchPipeline:
+        """Return the search pipeline with the shared model clients, reading `pool` (default this
+        database's; a read replica's) and counting searches on this database."""
+        return SearchPipeline(pool or self.pool, self.embedder, self.reranker, count_pool=self.pool)
 
     # -- compare, evaluate (SPEC F15, F16) -----------------------------------
 
@@ -626,9 +632,8 @@ class Metis:
         """
         from .compare import compare
 
-        result, routing = self._read(lambda pool: compare(
+        return self._read_answer(lambda pool: compare(
             _ReadView(self, pool), bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion))
-        return dataclasses.replace(result, warnings=(*routing, *result.warnings)) if routing else result
 
     def evaluate(
         self,
@@ -706,8 +711,7 @@ class _ReadView:
         self._metis, self.pool = metis, pool
 
     def pipeline(self) -> SearchPipeline:
-        m = self._metis
-        return SearchPipeline(self.pool, m.embedder, m.reranker, count_pool=m.pool)
+        return self._metis.pipeline(self.pool)
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:
