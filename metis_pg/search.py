@@ -255,9 +255,9 @@ class SearchPipeline:
         vectors: dict[tuple, Any] = {}  # the question's vector per embedding service
         took = {"embed": 0.0, "dense": 0.0, "keyword": 0.0, "fuse": 0.0}
         lists: list[tuple[int, list[retrieval.Candidate]]] = []
-        for key, group in groups.items():
+        for group in groups.values():
             spec = specs[group[0].base_id]
-            service = key[:4]
+            service = embedding_service(spec)
             if mode != "keyword" and service not in vectors:
                 t0 = time.perf_counter()
                 vectors[service] = self._embed_question(spec, request, warnings)
@@ -362,12 +362,16 @@ class SearchPipeline:
         return next(iter(with_reranker.values()))[1] if with_reranker else None
 
 
+def embedding_service(spec: BaseSpec) -> tuple:
+    """The embedding model *served the same way*: bases sharing it share one question vector (a
+    model name at two URLs may answer at one and not the other)."""
+    return (spec.fingerprint, spec.embedding_url, spec.embedding_protocol, spec.query_prefix)
+
+
 def statement_key(spec: BaseSpec) -> tuple:
-    """What bases must share to be searched by one statement: the same embedding model *served the
-    same way* (one question vector: a model name at two URLs may answer at one and not the other),
+    """What bases must share to be searched by one statement: the same :func:`embedding_service`
     and the same k1, b, rrf_k, dense_weight and keyword_weight (the statement takes one of each)."""
-    return (spec.fingerprint, spec.embedding_url, spec.embedding_protocol, spec.query_prefix,
-            spec.k1, spec.b, spec.rrf_k, spec.dense_weight, spec.keyword_weight)
+    return (*embedding_service(spec), spec.k1, spec.b, spec.rrf_k, spec.dense_weight, spec.keyword_weight)
 
 
 def fusion_echo(specs: dict[str, BaseSpec]) -> dict[str, Any]:
