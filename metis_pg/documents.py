@@ -82,7 +82,8 @@ class SourceInfo:
     Attributes:
         whole_folder: the folder itself was indexed (re-indexing reads it whole); False: only
             single files of it were (re-indexing reads those files again, no others).
-        paths: its documents' paths, relative to `root`.
+        paths: a source of single files: its documents' paths, relative to `root` (empty for a
+            whole folder).
     """
 
     name: str

@@ -49,7 +49,7 @@ from pathlib import Path
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from . import sqlfiles, storage
+from . import storage
 from .chunking import Chunk, chunk_document, embedding_text
 from .config import BaseSpec, Settings
 from .errors import DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
@@ -248,18 +248,18 @@ def _refuse_nested_sources(conn: psycopg.Connection, base: storage.BaseRow, plan
     Raises:
         InvalidInput: naming the source that already reads them and the command to run instead.
     """
-    rows = conn.execute(sqlfiles.load("documents/sources"), {"base_id": base.base_id}).fetchall()
+    existing = storage.source_roots(conn, base.base_id)
     for name, root in planned:
-        for other_name, other_root, *_ in rows:
-            if other_name == name:
-                continue  # the same source (its folder is checked by storage.ensure_source)
+        for other_name, other_root in existing:
             other = Path(other_root)
-            if root != other and root.is_relative_to(other):
+            if other_name == name or root == other:
+                continue  # the same source (its folder is checked by storage.ensure_source)
+            if root.is_relative_to(other):
                 raise InvalidInput(
                     f"{display_path(str(root))} is inside {display_path(other_root)}, which source {other_name!r} of"
                     f" base {base.name!r} already reads: index that folder again (metis index"
                     f" {display_path(other_root)} --base {base.name}; unchanged files are skipped)")
-            if root != other and other.is_relative_to(root):
+            if other.is_relative_to(root):
                 raise InvalidInput(
                     f"{display_path(str(root))} holds {display_path(other_root)}, which source {other_name!r} of"
                     f" base {base.name!r} already reads: its files would be indexed twice; index the other"

@@ -48,6 +48,7 @@ __all__ = [
     "drop_base",
     "set_status",
     "ensure_source",
+    "source_roots",
     "document_hashes",
     "PendingDocument",
     "write_document",
@@ -343,6 +344,12 @@ def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str |
         " whole_folder = sources.whole_folder OR EXCLUDED.whole_folder RETURNING source_id",
         (base_id, name, root, whole_folder),
     ).fetchone()[0]
+
+
+def source_roots(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str]]:
+    """Return ``(name, folder)`` of each source of the base with a folder (not its notes' source)."""
+    return conn.execute("SELECT name, root FROM sources WHERE base_id = %s AND root IS NOT NULL ORDER BY name",
+                        (base_id,)).fetchall()
 
 
 def document_hashes(conn: psycopg.Connection, source_id: int) -> dict[str, tuple[int, str]]:
