@@ -236,15 +236,7 @@ def get_documents(pool: ConnectionPool, base: storage.BaseRow, targets: Sequence
         if not found:
             raise _not_found(pool, base, t, source)
         chosen.extend((t, d) for d in found)
-    with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(sqlfiles.load("documents/chunks"),
-                           {"base_id": base.base_id,
-                            "document_ids": sorted({d.document_id for _, d in chosen})}).fetchall()
-    chunks: dict[int, list[DocumentChunk]] = {}
-    for r in rows:
-        chunks.setdefault(r["document_id"], []).append(DocumentChunk(
-            chunk_id=r["chunk_id"], ordinal=r["ordinal"], line=r["line"], page=r["page"],
-            headings=tuple(r["headings"]), text=r["text"], line_end=r["line_end"]))
+    chunks = _chunks_of(pool, base, {d.document_id for _, d in chosen})
     out = []
     answered: set[int] = set()  # targets (by id) some document answered
     missed: dict[int, list[str]] = {}  # target -> why each of its documents had no such line or page
@@ -274,14 +266,24 @@ def get_chunk(pool: ConnectionPool, base: storage.BaseRow, chunk_id: int) -> Doc
         row = conn.execute(sqlfiles.load("documents/chunk"), {"base_id": base.base_id, "chunk_id": chunk_id}).fetchone()
     if row is None:
         raise NotFound(f"base {base.name!r} has no chunk {chunk_id}")
-    docs = [d for d in _rows(pool, base) if d.document_id == row[0]]
+    document_id, path, source = row
+    [info] = [d for d in _rows(pool, base, paths=[path], source=source) if d.document_id == document_id]
+    every = _chunks_of(pool, base, {document_id}).get(document_id, [])
+    part = [c for c in every if c.chunk_id == chunk_id]
+    return DocumentText(base=base.name, info=info, chunks=tuple(part), whole=len(part) == len(every))
+
+
+def _chunks_of(pool: ConnectionPool, base: storage.BaseRow, document_ids: set[int]) -> dict[int, list[DocumentChunk]]:
+    """Return ``{document_id: its chunks in reading order}`` (``sql/documents/chunks.sql``)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sqlfiles.load("documents/chunks"),
-                           {"base_id": base.base_id, "document_ids": [row[0]]}).fetchall()
-    every = [DocumentChunk(r["chunk_id"], r["ordinal"], r["line"], r["page"], tuple(r["headings"]), r["text"])
-             for r in rows]
-    part = [c for c in every if c.chunk_id == chunk_id]
-    return DocumentText(base=base.name, info=docs[0], chunks=tuple(part), whole=len(part) == len(every))
+                           {"base_id": base.base_id, "document_ids": sorted(document_ids)}).fetchall()
+    chunks: dict[int, list[DocumentChunk]] = {}
+    for r in rows:
+        chunks.setdefault(r["document_id"], []).append(DocumentChunk(
+            chunk_id=r["chunk_id"], ordinal=r["ordinal"], line=r["line"], page=r["page"],
+            headings=tuple(r["headings"]), text=r["text"], line_end=r["line_end"]))
+    return chunks
 
 
 def _part(chunks: list[DocumentChunk], t: Target) -> list[DocumentChunk] | None:
