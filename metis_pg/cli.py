@@ -448,6 +448,8 @@ def get_command(
       metis get docs guide/leave.md:12     # the passage a search cited at line 12
       metis get docs 'guide/*.md' --max-bytes 2000
     """
+    from .documents import cut_utf8
+
     global _json_mode
     _json_mode = as_json
     with _open(dsn) as m:
@@ -455,7 +457,7 @@ def get_command(
     shown = []
     for d in found:
         text = d.text
-        cut = _cut(text, max_bytes)
+        cut = cut_utf8(text, max_bytes)
         shown.append((d, cut, len(text.encode("utf-8"))))
     if as_json:
         _print_json([{**d.to_dict(), "text": cut, "bytes": size, "truncated": len(cut) < len(d.text)}
@@ -474,14 +476,6 @@ def get_command(
         out.print(cut)
         if len(cut) < len(d.text):
             out.print(f"… cut at {len(cut.encode('utf-8'))} of {size} bytes (--max-bytes)")
-
-
-def _cut(text: str, max_bytes: int | None) -> str:
-    """Return `text` cut to at most `max_bytes` bytes of UTF-8, on a character boundary (None: whole)."""
-    if max_bytes is None:
-        return text
-    data = text.encode("utf-8")
-    return text if len(data) <= max_bytes else data[:max_bytes].decode("utf-8", errors="ignore")
 
 
 @app.command("ls")

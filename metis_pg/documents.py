@@ -32,7 +32,7 @@ from .errors import InvalidInput, NotFound
 
 __all__ = [
     "Target", "SourceInfo", "DocumentInfo", "DocumentChunk", "DocumentText",
-    "parse_target", "list_sources", "list_documents", "get_documents", "get_chunk",
+    "parse_target", "list_sources", "list_documents", "get_documents", "get_chunk", "cut_utf8",
 ]
 
 _LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
@@ -48,6 +48,15 @@ class Target:
     line: int | None = None
     page: int | None = None
     glob: bool = False
+
+
+def cut_utf8(text: str, max_bytes: int | None) -> str:
+    """Return `text` cut to at most `max_bytes` bytes of UTF-8, on a character boundary (None: whole;
+    below 0: nothing)."""
+    if max_bytes is None:
+        return text
+    data = text.encode("utf-8")
+    return text if len(data) <= max_bytes else data[:max(max_bytes, 0)].decode("utf-8", errors="ignore")
 
 
 def parse_target(text: str, known: Sequence[str] = ()) -> Target:

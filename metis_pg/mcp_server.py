@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from . import __version__
 from .api import Metis
+from .documents import cut_utf8
 from .errors import MetisError
 from .formats import cut_below
 
@@ -142,9 +143,8 @@ def build_server(metis: Metis) -> MCPServer:
         documents = []
         for d in found:
             data = d.to_dict()
-            encoded = data["text"].encode("utf-8")
-            data["truncated"] = len(encoded) > max_bytes
-            data["text"] = encoded[:max(max_bytes, 0)].decode("utf-8", errors="ignore")
+            data["truncated"] = len(data["text"].encode("utf-8")) > max_bytes
+            data["text"] = cut_utf8(data["text"], max_bytes)
             data.pop("chunks")
             data["chunk_ids"] = [c.chunk_id for c in d.chunks]
             documents.append(data)
