@@ -168,7 +168,7 @@ def index(
     options = {"max_file_bytes": max_file_bytes, "batch_documents": batch}
     with _open(dsn) as m:
         if paths:
-            known = [i.name for i in m.list_bases()]
+            known = m.base_names()
             report = _index_with_progress(m, base, paths, source, quiet=as_json, **options)
             if base not in known and not as_json:  # a typo'd --base would otherwise pass unnoticed
                 err.print(_visible(f"created base {base!r} with the defaults"
@@ -178,7 +178,7 @@ def index(
             else:
                 _print_report(report)
             return
-        names = [i.name for i in m.list_bases()] if all_bases else [base]
+        names = m.base_names() if all_bases else [base]
         done: list[dict[str, Any]] = []
         for name in names:
             if all_bases and not m.sources(name):

@@ -47,6 +47,7 @@ __all__ = [
     "list_bases_light",
     "drop_base",
     "set_status",
+    "base_names",
     "ensure_source",
     "source_roots",
     "document_hashes",
@@ -257,9 +258,14 @@ def get_base(conn: psycopg.Connection, name: str) -> BaseRow:
 _NAMES_LISTED = 20
 
 
+def base_names(conn: psycopg.Connection, limit: int | None = None) -> list[str]:
+    """Return the names of the bases, sorted (at most `limit`; None: all), without their counts."""
+    return [r[0] for r in conn.execute("SELECT name FROM bases ORDER BY name LIMIT %s", (limit,))]
+
+
 def base_not_found(conn: psycopg.Connection, name: object) -> BaseNotFound:
     """Return the error for a missing base, naming the bases that exist (a typo is then plain to see)."""
-    names = [r[0] for r in conn.execute("SELECT name FROM bases ORDER BY name LIMIT %s", (_NAMES_LISTED + 1,))]
+    names = base_names(conn, _NAMES_LISTED + 1)
     if not names:
         return BaseNotFound(f"no base named {name!r}: there is no base yet (metis index FOLDER --base NAME makes one)")
     listed = ", ".join(names[:_NAMES_LISTED]) + (", …" if len(names) > _NAMES_LISTED else "")
