@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hmac
 import threading
 import uuid
 from typing import Any, Literal, Sequence
@@ -59,6 +58,7 @@ from pydantic import BaseModel, Field
 from .config import Settings
 from .errors import MetisError
 from .models.embed import Embedder, LocalE5Embedder
+from .service.gate import bearer_authorized, header
 from .service.settings import MIN_TOKEN_CHARS, check_bind, parse_tokens
 
 __all__ = [
@@ -151,7 +151,7 @@ class _Gate:
         if self.tokens and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
             await self._refuse(scope, send, 401, "UNAUTHORIZED", "a valid bearer token is required: Authorization: Bearer <token>")
             return
-        length = _header(scope, b"content-length")
+        length = header(scope, b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             await self._refuse(scope, send, 413, "BODY_TOO_LARGE",
                                f"the request body is {length} bytes; the limit is {self.max_body_bytes} bytes")
@@ -195,13 +195,7 @@ class _Gate:
             watcher.cancel()
 
     def _authorized(self, scope: dict) -> bool:
-        value = _header(scope, b"authorization") or ""
-        scheme, _, token = value.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return False
-        given = token.strip().encode("utf-8", "surrogateescape")
-        matches = [hmac.compare_digest(given, t) for t in self.tokens]  # every one: constant time
-        return any(matches)
+        return bearer_authorized(scope, self.tokens)
 
     @staticmethod
     async def _refuse(scope: dict, send: Any, status: int, code: str, message: str) -> None:
@@ -215,11 +209,6 @@ async def _no_receive() -> dict:
     return {"type": "http.disconnect"}
 
 
-def _header(scope: dict, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1").strip()
-    return None
 
 
 # -- request bodies ----------------------------------------------------------

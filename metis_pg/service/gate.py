@@ -36,7 +36,7 @@ from .errors import error_response
 from . import swagger
 from .settings import Limits
 
-__all__ = ["Gate", "OPEN_PATHS", "OPEN_PREFIXES", "BOUNDED_PATHS"]
+__all__ = ["Gate", "OPEN_PATHS", "OPEN_PREFIXES", "BOUNDED_PATHS", "bearer_authorized", "header"]
 
 #: Paths that answer without a token: liveness and the API's own description.
 OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/"}) | swagger.ASSET_PATHS
@@ -125,14 +125,22 @@ class Gate:
         return RequestTooLarge(f"the request body is {size}; the limit is {self.max_body_bytes} bytes")
 
     def _authorized(self, scope: Scope) -> bool:
-        value = header(scope, b"authorization") or ""
-        scheme, _, token = value.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return False
-        given = token.strip().encode("utf-8", "surrogateescape")
-        # Compare with every token (constant time each), so timing says nothing of which matched.
-        matches = [hmac.compare_digest(given, t) for t in self.tokens]
-        return any(matches)
+        return bearer_authorized(scope, self.tokens)
+
+
+def bearer_authorized(scope: Scope, tokens: Sequence[bytes]) -> bool:
+    """Whether the request's ``Authorization: Bearer <token>`` is one of `tokens` (UTF-8 bytes).
+
+    Compared with every token (constant time each), so timing says nothing of which matched;
+    the service's gate and the Eos server's both ask this.
+    """
+    value = header(scope, b"authorization") or ""
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    given = token.strip().encode("utf-8", "surrogateescape")
+    matches = [hmac.compare_digest(given, t) for t in tokens]
+    return any(matches)
 
 
 def header(scope: Scope, name: bytes) -> str | None:
