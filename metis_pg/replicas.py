@@ -136,7 +136,7 @@ class ReplicaStatus:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON of ``GET /healthz`` and ``metis status --json``."""
+        """Return the JSON of one replica in ``GET /healthz`` (``metis status --json`` lists bases only)."""
         return {"name": self.name, "status": self.status,
                 "lag_s": None if self.lag_s is None else round(self.lag_s, 3),
                 "behind_bytes": self.behind_bytes, "checked_s_ago": None if self.checked_s_ago is None
