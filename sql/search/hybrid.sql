@@ -29,7 +29,8 @@
 --   keyword = BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
 --             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
 --             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
---             Exact top leg_limit, found with MaxScore pruning of common terms (see query_idf).
+--             Exact top leg_limit over posting blocks, with MaxScore and block-max pruning
+--             (see common_blocks).
 --   fused   = sum over the legs that found the chunk of weight / (rrf_k + rank), ranks from 1
 --             (Cormack, Clarke & Buettcher, SIGIR 2009).
 --
@@ -80,13 +81,13 @@ dense AS MATERIALIZED (
 -- k1 >= 0 and 0 <= b <= 1, which BaseSpec enforces).
 -- A term is common when it is in more than a tenth of its base's chunks, unless it is the
 -- base's rarest query term (so every base searched keeps one rare term).
-query_idf AS MATERIALIZED (
+query_terms AS MATERIALIZED (
     SELECT per_term.*,
            per_term.idf * (%(k1)s::float8 + 1) AS max_score,
            per_term.df::bigint * 10 > per_term.chunk_count
              AND row_number() OVER (PARTITION BY per_term.base_id ORDER BY per_term.df, per_term.term) > 1 AS common
     FROM (
-        SELECT bt.base_id, bt.term, bt.df, tot.chunk_count,
+        SELECT bt.base_id, bt.term, bt.term_id, bt.df, tot.chunk_count,
                -- The term's weight (%(term_weights)s) scales its idf, so its whole contribution.
                ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
                greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
@@ -98,52 +99,105 @@ query_idf AS MATERIALIZED (
           AND bt.term = ANY(%(terms)s::text[])
     ) AS per_term
 ),
--- The keyword leg is exact top-k BM25 with MaxScore pruning (Turtle & Flood 1995): a chunk
--- holding only common terms scores at most common_bound, so when the leg_limit-th score found
--- among chunks holding a rare term is above it, no chunk was missed. Otherwise (say, every
--- term of the question is common) the exhaustive leg below runs instead.
-common_bound AS MATERIALIZED (
-    SELECT coalesce(max(per_base.bound), 0) AS bound
-    FROM (SELECT sum(max_score) AS bound FROM query_idf WHERE common GROUP BY base_id) AS per_base
+-- With a filter: the chunks it keeps, and their blocks (posting_blocks: chunk_id = block_no * 256 + offset).
+allowed_chunks AS MATERIALIZED (
+    SELECT c.chunk_id
+    FROM chunks AS c
+    WHERE NOT %(unfiltered)s::boolean
+      AND c.base_id = ANY(%(base_ids)s::int[])
+      AND c.document_id IN (SELECT document_id FROM allowed_documents)
 ),
--- Pass 1: every chunk holding a rare term, scored on its rare terms.
+allowed_blocks AS MATERIALIZED (
+    SELECT DISTINCT (chunk_id / 256)::int AS block_no FROM allowed_chunks
+),
+-- The keyword leg is exact top-k BM25 (Robertson & Zaragoza 2009) over posting blocks, pruned
+-- twice: MaxScore (Turtle & Flood 1995) splits the question into rare terms, whose postings are
+-- all read, and common ones, only looked up for the chunks that can still make the top; block-max
+-- bounds (Ding & Suel 2011) then say which blocks may hold a chunk with common terms only that
+-- beats the leg_limit-th score found, and only those blocks are read.
+--
+-- A block's bound for a term: BM25 of its max_tf in a chunk of its min_length terms (BM25 grows
+-- with tf and falls with length), so it holds whatever N, df and the average length are now.
+-- Here: the sum of the common terms' bounds, per block holding one of them.
+common_blocks AS MATERIALIZED (
+    SELECT pb.base_id, pb.block_no,
+           sum(q.idf * pb.max_tf * (%(k1)s::float8 + 1)
+               / (pb.max_tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pb.min_length / q.avg_terms))
+           ) AS bound
+    FROM query_terms AS q
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+    WHERE q.common
+      AND (%(unfiltered)s::boolean OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
+    GROUP BY pb.base_id, pb.block_no
+),
+-- Pass 1: every chunk holding a rare term (that the filters keep), scored on its rare terms.
 rare_scores AS MATERIALIZED (
-    SELECT p.base_id, p.chunk_id, max(p.chunk_terms) AS chunk_terms,
+    SELECT pb.base_id, pb.block_no, p.o, pb.block_no::bigint * 256 + p.o AS chunk_id,
+           max(bl.lengths[p.o + 1]) AS chunk_terms,
            sum(
                q.idf * p.tf * (%(k1)s::float8 + 1)
-               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms / q.avg_terms))
+               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial
-    FROM postings AS p
-    JOIN query_idf AS q ON q.base_id = p.base_id AND q.term = p.term AND NOT q.common
-    WHERE p.base_id = ANY(%(base_ids)s::int[])
-      -- The rare terms as an array, so the postings index scan reads only theirs.
-      AND p.term = ANY(ARRAY(SELECT term FROM query_idf WHERE NOT common))
-      AND (%(unfiltered)s::boolean OR p.document_id IN (SELECT document_id FROM allowed_documents))
-    GROUP BY p.base_id, p.chunk_id
+    FROM query_terms AS q
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    -- A block's postings; a term in one chunk of the block has no arrays (first_offset, max_tf).
+    CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
+                              coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
+    WHERE NOT q.common
+      AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
+    GROUP BY pb.base_id, pb.block_no, p.o
 ),
--- Pass 2: the candidates that can still reach the leg_limit-th partial score get their
--- common terms' contributions, looked up by (base_id, term, chunk_id).
+-- Pass 2: the candidates whose partial score plus every common term's max_score can still reach
+-- the leg_limit-th partial score get their common terms' contributions, each looked up in the
+-- term's row of the candidate's block (array_position: a scan of at most 256 offsets, in C).
 pruned AS MATERIALIZED (
     SELECT r.chunk_id,
            -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
            -- and equal scores must tie exactly so that chunk_id breaks the tie.
            round((r.partial + coalesce(sum(
-               q.idf * p.tf * (%(k1)s::float8 + 1)
-               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms))
+               q.idf * t.tf * (%(k1)s::float8 + 1)
+               / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms))
            ), 0))::numeric, 12)::float8 AS score
     FROM rare_scores AS r
-    LEFT JOIN query_idf AS q ON q.base_id = r.base_id AND q.common
-    LEFT JOIN postings AS p ON p.base_id = r.base_id AND p.term = q.term AND p.chunk_id = r.chunk_id
-    WHERE r.partial + (SELECT bound FROM common_bound) >= coalesce(
-        (SELECT partial FROM rare_scores ORDER BY partial DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0) - 1e-9
+    LEFT JOIN query_terms AS q ON q.base_id = r.base_id AND q.common
+    LEFT JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+    LEFT JOIN LATERAL (
+        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
+                    ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
+    ) AS t ON true
+    WHERE r.partial + (SELECT coalesce(max(per_base.bound), 0)
+                       FROM (SELECT sum(max_score) AS bound FROM query_terms WHERE common GROUP BY base_id) AS per_base)
+          >= coalesce((SELECT partial FROM rare_scores ORDER BY partial DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0)
+             - 1e-9
     GROUP BY r.chunk_id, r.partial
     ORDER BY score DESC, r.chunk_id
     LIMIT %(leg_limit)s
 ),
-pruning_proven AS MATERIALIZED (
-    SELECT (SELECT bound FROM common_bound) = 0
-           OR (count(*) >= %(leg_limit)s AND min(score) > (SELECT bound FROM common_bound) + 1e-9) AS proven
-    FROM pruned
+-- The leg_limit-th exact score found so far (0 when fewer were found): a chunk below it is out.
+threshold AS MATERIALIZED (
+    SELECT CASE WHEN count(*) >= %(leg_limit)s THEN min(score) ELSE 0 END AS score FROM pruned
+),
+-- Pass 3: chunks holding common terms only, read from the blocks whose common bound reaches the
+-- threshold (none when the rare terms' chunks already beat every block's bound).
+common_only AS MATERIALIZED (
+    SELECT pb.block_no::bigint * 256 + p.o AS chunk_id,
+           round(sum(
+               q.idf * p.tf * (%(k1)s::float8 + 1)
+               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * bl.lengths[p.o + 1] / q.avg_terms))
+           )::numeric, 12)::float8 AS score
+    FROM common_blocks AS cb
+    JOIN query_terms AS q ON q.base_id = cb.base_id AND q.common
+    JOIN posting_blocks AS pb ON pb.base_id = cb.base_id AND pb.term_id = q.term_id AND pb.block_no = cb.block_no
+    JOIN block_lengths AS bl ON bl.base_id = cb.base_id AND bl.block_no = cb.block_no
+    CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
+                              coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
+    WHERE cb.bound >= (SELECT score FROM threshold) - 1e-9
+      AND NOT EXISTS (SELECT 1 FROM rare_scores AS r WHERE r.chunk_id = pb.block_no::bigint * 256 + p.o)
+      AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
+    GROUP BY 1
+    ORDER BY score DESC, chunk_id
+    LIMIT %(leg_limit)s
 ),
 keyword AS MATERIALIZED (
     SELECT best.chunk_id,
@@ -151,24 +205,11 @@ keyword AS MATERIALIZED (
            row_number() OVER (ORDER BY best.score DESC, best.chunk_id) AS rank,
            clock_timestamp() AS done_at
     FROM (
-        SELECT chunk_id, score FROM pruned WHERE (SELECT proven FROM pruning_proven)
+        SELECT chunk_id, score FROM pruned
         UNION ALL
-        -- The exhaustive leg: every chunk holding any term, scored on all of them. Behind a
-        -- one-time filter, it is never executed when pruning proved its answer.
-        (SELECT p.chunk_id,
-                round(sum(
-                    q.idf * p.tf * (%(k1)s::float8 + 1)
-                    / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms / q.avg_terms))
-                )::numeric, 12)::float8 AS score
-         FROM postings AS p
-         JOIN query_idf AS q ON q.base_id = p.base_id AND q.term = p.term
-         WHERE NOT (SELECT proven FROM pruning_proven)
-           AND p.base_id = ANY(%(base_ids)s::int[])
-           AND p.term = ANY(%(terms)s::text[])
-           AND (%(unfiltered)s::boolean OR p.document_id IN (SELECT document_id FROM allowed_documents))
-         GROUP BY p.chunk_id
-         ORDER BY score DESC, p.chunk_id
-         LIMIT %(leg_limit)s)
+        SELECT chunk_id, score FROM common_only
+        ORDER BY score DESC, chunk_id
+        LIMIT %(leg_limit)s
     ) AS best
 ),
 fused AS (
