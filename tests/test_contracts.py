@@ -164,7 +164,7 @@ def test_migrations_go_up_down_to_nothing_and_up_again_to_head(fresh_database):
     migrate.upgrade(fresh_database)
     assert migrate.is_at_head(fresh_database)
     first = schema_of(fresh_database)
-    assert {"bases", "chunks", "embeddings", "postings"} <= {c[1] for c in first["columns"]}
+    assert {"bases", "chunks", "embeddings", "posting_blocks", "block_lengths"} <= {c[1] for c in first["columns"]}
 
     migrate.downgrade(fresh_database, "base")
     assert migrate.current_revision(fresh_database) is None

@@ -49,6 +49,17 @@ depends_on: str | Sequence[str] | None = None
 
 BLOCK = 256  # chunk ids per block: metis_pg.storage.BLOCK_CHUNKS
 
+#: Comments of the columns of view metis.postings (docs/sql-views.md says the same).
+POSTINGS_COLUMNS = {
+    "base": "Name of the base.",
+    "base_id": "Id of the base.",
+    "term": "The term, as the tokenizer of the base's tokenizer_version wrote it.",
+    "chunk_id": "Id of the chunk holding the term.",
+    "document_id": "Id of the chunk's document.",
+    "tf": "Occurrences of the term in the chunk (its title and headings included), at most 32,767.",
+    "chunk_terms": "Length of the chunk in terms (BM25's document length).",
+}
+
 
 def upgrade() -> None:
     op.execute("LOCK TABLE postings, bm25_terms IN ACCESS EXCLUSIVE MODE")
@@ -123,6 +134,8 @@ def upgrade() -> None:
     _execute(sql.SQL("CREATE VIEW {} AS\n{}").format(view, sql.SQL(sqlfiles.load("views/postings.v1"))))
     _execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(view, sql.Literal(
         "BM25 postings of every base, one row per (term, chunk), unpacked from posting_blocks (SPEC F6)")))
+    for column, text in POSTINGS_COLUMNS.items():
+        _execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(view, sql.Identifier(column), sql.Literal(text)))
     _execute(sql.SQL("GRANT SELECT ON {} TO metis_analyst").format(view))
 
 
