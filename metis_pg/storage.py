@@ -521,6 +521,15 @@ def write_documents(
 BLOCK_CHUNKS = 256
 
 
+def tier(tf: int) -> int:
+    """Return the tier of a posting of term frequency `tf` >= 1: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8+.
+
+    Posting blocks are split by tier (migration 0011) so that the keyword leg reads the high tiers
+    of common terms, where their best chunks are, and bounds the rest without reading it.
+    """
+    return min(3, tf.bit_length() - 1)
+
+
 def _block_chunk_ids(conn: psycopg.Connection, chunk_counts: Sequence[int]) -> list[list[int]]:
     """Return new chunk ids for documents of ``chunk_counts`` chunks, filling whole blocks of their own.
 
@@ -544,7 +553,7 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
     """
     if not chunks:
         return
-    per_term_block: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    per_term_block: dict[tuple[str, int, int], list[tuple[int, int, int]]] = {}
     lengths: dict[int, dict[int, int]] = {}
     term_total = 0
     for chunk_id, terms in chunks:
@@ -553,29 +562,35 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
         term_total += length
         lengths.setdefault(block, {})[offset] = length
         for term, tf in Counter(terms).items():
-            per_term_block.setdefault((term, block), []).append((offset, min(tf, 32767), length))
+            tf = min(tf, 32767)
+            per_term_block.setdefault((term, tier(tf), block), []).append((offset, tf, length))
     document_frequency: Counter[str] = Counter()
-    for (term, _block), postings in per_term_block.items():
+    max_tf: dict[str, int] = {}
+    min_length: dict[str, int] = {}
+    for (term, _tier, _block), postings in per_term_block.items():
         document_frequency[term] += len(postings)
+        max_tf[term] = max(max_tf.get(term, 0), max(p[1] for p in postings))
+        min_length[term] = min(min_length.get(term, 1 << 30), min(p[2] for p in postings))
     if document_frequency:
         terms = list(document_frequency)
         term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
             "base_id": base_id, "terms": terms, "dfs": [document_frequency[t] for t in terms],
+            "max_tfs": [max_tf[t] for t in terms], "min_lengths": [min_length[t] for t in terms],
         }).fetchall())
         rows = []
-        for (term, block), postings in per_term_block.items():
+        for (term, tier_, block), postings in per_term_block.items():
             # Offsets ascend: chunks were read in id order.
             many = len(postings) > 1
             rows.append((
-                base_id, term_ids[term], block,
+                base_id, term_ids[term], tier_, block,
                 max(p[1] for p in postings), min(p[2] for p in postings), postings[0][0],
                 [p[0] for p in postings] if many else None, [p[1] for p in postings] if many else None,
             ))
         # In primary-key order: each term's new rows land next to each other in the index.
-        rows.sort(key=itemgetter(1, 2))
-        with cur.copy("COPY posting_blocks (base_id, term_id, block_no, max_tf, min_length, first_offset,"
+        rows.sort(key=itemgetter(1, 2, 3))
+        with cur.copy("COPY posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset,"
                       " offsets, tfs) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int4", "int4", "int4", "int2", "int4", "int2", "int2[]", "int2[]"])
+            copy.set_types(["int4", "int4", "int2", "int4", "int2", "int4", "int2", "int2[]", "int2[]"])
             for row in rows:
                 copy.write_row(row)
     with cur.copy("COPY block_lengths (base_id, block_no, lengths) FROM STDIN (FORMAT BINARY)") as copy:

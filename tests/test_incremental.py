@@ -62,12 +62,14 @@ def bm25_state(metis: metis_pg.Metis, base: str) -> dict:
                       " AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = p.chunk_id)")[0]
         # Each block's bounds are those of the postings it holds, and its lengths those of its chunks.
         stale_bounds = one(
-            "SELECT count(*) FROM (SELECT pb.term_id, pb.block_no, pb.max_tf, pb.min_length,"
-            "  max(p.tf) AS tf, min(bl.lengths[p.o + 1]) AS length FROM posting_blocks pb"
+            "SELECT count(*) FROM (SELECT pb.term_id, pb.tier, pb.block_no, pb.max_tf, pb.min_length,"
+            "  max(p.tf) AS tf, min(bl.lengths[p.o + 1]) AS length,"
+            "  bool_and(least(3, floor(log(2, p.tf::numeric))) = pb.tier) AS in_tier FROM posting_blocks pb"
             "  JOIN block_lengths bl USING (base_id, block_no)"
             "  CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),"
             "                            coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)"
-            "  WHERE pb.base_id = %s GROUP BY 1, 2, 3, 4) AS x WHERE x.max_tf <> x.tf OR x.min_length <> x.length")[0]
+            "  WHERE pb.base_id = %s GROUP BY 1, 2, 3, 4, 5) AS x"
+            " WHERE x.max_tf <> x.tf OR x.min_length <> x.length OR NOT x.in_tier")[0]
         stale_lengths = conn.execute(
             "SELECT count(*) FROM (SELECT bl.block_no::bigint * 256 + u.o - 1 AS chunk_id, u.length"
             "  FROM block_lengths bl CROSS JOIN LATERAL unnest(bl.lengths) WITH ORDINALITY AS u(length, o)"

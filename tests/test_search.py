@@ -317,9 +317,9 @@ def test_keyword_leg_with_pruning_returns_the_exact_bm25_top(metis, zipf_base, q
         assert c.keyword == pytest.approx(expected[c.chunk_id], abs=1e-9)
     best = sorted(expected.values(), reverse=True)[: len(found)]
     assert [c.keyword for c in found] == pytest.approx(best, abs=1e-9)
-    # Pass 3 reads the blocks of chunks holding common terms only: not one when the chunks of the
-    # rare terms beat every block's bound.
-    pass_3 = plan.split("CTE common_only", 1)[1].split("CTE keyword", 1)[0]
+    # Pass 3 reads the rows of chunks holding common terms only: not one when the chunks of the
+    # rare terms beat every row's bound.
+    pass_3 = plan.split("CTE candidates", 1)[1].split("CTE common_only", 1)[0]
     blocks_read = next(line for line in pass_3.splitlines() if "on posting_blocks" in line)
     assert ("never executed" in blocks_read) == pruned
 

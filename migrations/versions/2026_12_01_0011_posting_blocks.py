@@ -7,9 +7,12 @@ Create Date: 2026-12-01
 ``postings`` held one row per (term, chunk): ~100 rows per chunk, 14.4 MB of the 16.3 MB a
 base needed per 1,000 chunks, and one B-tree entry to insert per row when indexing. Now:
 
-- ``bm25_terms.term_id`` names a term in the tables below (4 bytes, not its text).
-- ``posting_blocks``: one row per (base, term, block), a block being the 256 chunk ids
-  ``block_no * 256 .. block_no * 256 + 255``. It holds the term's postings in those chunks
+- ``bm25_terms.term_id`` names a term in the tables below (4 bytes, not its text);
+  ``bm25_terms.max_tf`` and ``min_length`` bound its contribution in any chunk.
+- ``posting_blocks``: one row per (base, term, tier, block), a block being the 256 chunk ids
+  ``block_no * 256 .. block_no * 256 + 255`` and a tier the postings of tf 1, 2-3, 4-7 or 8+
+  (impact layers: a query's best chunks are in the high tiers of its terms, so the low tiers of
+  common terms are mostly never read). It holds the term's postings in those chunks
   (``offsets``: chunk_id - block_no * 256, ascending; ``tfs``: term frequencies) and what
   bounds them: ``max_tf`` and ``min_length`` (the most occurrences, the fewest terms of a
   chunk holding it), from which the keyword leg computes an upper bound of the term's BM25
@@ -48,6 +51,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 BLOCK = 256  # chunk ids per block: metis_pg.storage.BLOCK_CHUNKS
+#: A posting's tier: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8 and more (metis_pg.storage.tier).
+TIER_SQL = "least(3, floor(log(2, p.tf::numeric)))::smallint"
 
 #: Comments of the columns of view metis.postings (docs/sql-views.md says the same).
 POSTINGS_COLUMNS = {
@@ -67,18 +72,28 @@ def upgrade() -> None:
     op.execute("ALTER TABLE bm25_terms ALTER COLUMN term_id SET NOT NULL")
     # Deletes and the downgrade find terms by id.
     op.execute("CREATE UNIQUE INDEX uq_bm25_terms_term_id ON bm25_terms (base_id, term_id)")
+    # Bounds of the term's BM25 contribution in any chunk (raised by writes, never lowered by deletes).
+    op.execute("ALTER TABLE bm25_terms ADD COLUMN max_tf integer NOT NULL DEFAULT 1,"
+               " ADD COLUMN min_length integer NOT NULL DEFAULT 1")
+    op.execute("UPDATE bm25_terms AS t SET max_tf = m.max_tf, min_length = m.min_length"
+               " FROM (SELECT base_id, term, max(tf) AS max_tf, min(chunk_terms) AS min_length FROM postings"
+               "       GROUP BY base_id, term) AS m WHERE m.base_id = t.base_id AND m.term = t.term")
+    # Every write updates the rows of its terms: room on each page keeps those updates HOT (no index
+    # entry, the old version pruned in place) instead of growing the table batch after batch.
+    op.execute("ALTER TABLE bm25_terms SET (fillfactor = 70)")
     op.execute(
         """
         CREATE TABLE posting_blocks (
             base_id      integer NOT NULL,
             term_id      integer NOT NULL,
+            tier         smallint NOT NULL,
             block_no     integer NOT NULL,
             max_tf       smallint NOT NULL,
             min_length   integer NOT NULL,
             first_offset smallint NOT NULL,
             offsets      smallint[],
             tfs          smallint[],
-            CONSTRAINT pk_posting_blocks PRIMARY KEY (base_id, term_id, block_no),
+            CONSTRAINT pk_posting_blocks PRIMARY KEY (base_id, term_id, tier, block_no),
             CONSTRAINT ck_posting_blocks_arrays CHECK ((offsets IS NULL) = (tfs IS NULL))
         )
         """
@@ -103,14 +118,14 @@ def upgrade() -> None:
         op.execute(f"COMMENT ON TABLE {table} IS '{comment}'")
     op.execute(
         f"""
-        INSERT INTO posting_blocks (base_id, term_id, block_no, max_tf, min_length, first_offset, offsets, tfs)
-        SELECT p.base_id, t.term_id, (p.chunk_id / {BLOCK})::int,
+        INSERT INTO posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset, offsets, tfs)
+        SELECT p.base_id, t.term_id, {TIER_SQL}, (p.chunk_id / {BLOCK})::int,
                max(p.tf), min(p.chunk_terms), min(p.chunk_id % {BLOCK}),
                CASE WHEN count(*) > 1 THEN array_agg((p.chunk_id % {BLOCK})::smallint ORDER BY p.chunk_id) END,
                CASE WHEN count(*) > 1 THEN array_agg(least(p.tf, 32767)::smallint ORDER BY p.chunk_id) END
         FROM postings AS p
         JOIN bm25_terms AS t ON t.base_id = p.base_id AND t.term = p.term
-        GROUP BY p.base_id, t.term_id, (p.chunk_id / {BLOCK})
+        GROUP BY p.base_id, t.term_id, {TIER_SQL}, (p.chunk_id / {BLOCK})
         ORDER BY (p.chunk_id / {BLOCK}), t.term_id
         """
     )
@@ -176,4 +191,5 @@ def downgrade() -> None:
     op.execute("DROP SEQUENCE chunk_blocks")
     op.execute("DROP TABLE block_lengths")
     op.execute("DROP TABLE posting_blocks")
-    op.execute("ALTER TABLE bm25_terms DROP COLUMN term_id")
+    op.execute("ALTER TABLE bm25_terms RESET (fillfactor)")
+    op.execute("ALTER TABLE bm25_terms DROP COLUMN term_id, DROP COLUMN max_tf, DROP COLUMN min_length")

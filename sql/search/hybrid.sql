@@ -30,7 +30,7 @@
 --             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
 --             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
 --             Exact top leg_limit over posting blocks, with MaxScore and block-max pruning
---             (see common_blocks).
+--             (see "The keyword leg" below).
 --   fused   = sum over the legs that found the chunk of weight / (rrf_k + rank), ranks from 1
 --             (Cormack, Clarke & Buettcher, SIGIR 2009).
 --
@@ -84,10 +84,15 @@ dense AS MATERIALIZED (
 query_terms AS MATERIALIZED (
     SELECT per_term.*,
            per_term.idf * (%(k1)s::float8 + 1) AS max_score,
+           -- The most the term adds to any chunk: BM25 of its max_tf in a chunk of its min_length
+           -- terms (BM25 grows with tf and falls with length; deletes never lower either, so it holds).
+           per_term.idf * per_term.max_tf * (%(k1)s::float8 + 1)
+             / (per_term.max_tf + %(k1)s::float8
+                * (1 - %(b)s::float8 + %(b)s::float8 * per_term.min_length / per_term.avg_terms)) AS bound,
            per_term.df::bigint * 10 > per_term.chunk_count
              AND row_number() OVER (PARTITION BY per_term.base_id ORDER BY per_term.df, per_term.term) > 1 AS common
     FROM (
-        SELECT bt.base_id, bt.term, bt.term_id, bt.df, tot.chunk_count,
+        SELECT bt.base_id, bt.term, bt.term_id, bt.df, bt.max_tf, bt.min_length, tot.chunk_count,
                -- The term's weight (%(term_weights)s) scales its idf, so its whole contribution.
                ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
                greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
@@ -110,26 +115,15 @@ allowed_chunks AS MATERIALIZED (
 allowed_blocks AS MATERIALIZED (
     SELECT DISTINCT (chunk_id / 256)::int AS block_no FROM allowed_chunks
 ),
--- The keyword leg is exact top-k BM25 (Robertson & Zaragoza 2009) over posting blocks, pruned
--- twice: MaxScore (Turtle & Flood 1995) splits the question into rare terms, whose postings are
--- all read, and common ones, only looked up for the chunks that can still make the top; block-max
--- bounds (Ding & Suel 2011) then say which blocks may hold a chunk with common terms only that
--- beats the leg_limit-th score found, and only those blocks are read.
---
--- A block's bound for a term: BM25 of its max_tf in a chunk of its min_length terms (BM25 grows
--- with tf and falls with length), so it holds whatever N, df and the average length are now.
--- Here: the sum of the common terms' bounds, per block holding one of them.
-common_blocks AS MATERIALIZED (
-    SELECT pb.base_id, pb.block_no,
-           sum(q.idf * pb.max_tf * (%(k1)s::float8 + 1)
-               / (pb.max_tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pb.min_length / q.avg_terms))
-           ) AS bound
-    FROM query_terms AS q
-    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
-    WHERE q.common
-      AND (%(unfiltered)s::boolean OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
-    GROUP BY pb.base_id, pb.block_no
-),
+-- The keyword leg is exact top-k BM25 (Robertson & Zaragoza 2009) over posting blocks: a term's
+-- postings in 256 consecutive chunk ids and one tier of term frequency (1, 2-3, 4-7, 8+), with the
+-- row's max_tf and min_length, from which BM25 bounds what the term adds to any chunk of the row
+-- (it grows with tf and falls with length). Three passes, each pruned by bounds (MaxScore, Turtle &
+-- Flood 1995; block-max bounds, Ding & Suel 2011, here per block and tier):
+--   1. rare terms: all their postings are read;
+--   2. their chunks that can still make the top get the common terms' contributions, looked up;
+--   3. chunks holding common terms only: read only from the rows whose bound, plus what the
+--      question's other common terms can add at most, reaches the leg_limit-th score found.
 -- Pass 1: every chunk holding a rare term (that the filters keep), scored on its rare terms.
 rare_scores AS MATERIALIZED (
     SELECT pb.base_id, pb.block_no, p.o, pb.block_no::bigint * 256 + p.o AS chunk_id,
@@ -148,7 +142,7 @@ rare_scores AS MATERIALIZED (
       AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
--- Pass 2: the candidates whose partial score plus every common term's max_score can still reach
+-- Pass 2: the candidates whose partial score plus every common term's bound can still reach
 -- the leg_limit-th partial score get their common terms' contributions, each looked up in the
 -- term's row of the candidate's block (array_position: a scan of at most 256 offsets, in C).
 pruned AS MATERIALIZED (
@@ -167,36 +161,99 @@ pruned AS MATERIALIZED (
                     ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
     ) AS t ON true
     WHERE r.partial + (SELECT coalesce(max(per_base.bound), 0)
-                       FROM (SELECT sum(max_score) AS bound FROM query_terms WHERE common GROUP BY base_id) AS per_base)
+                       FROM (SELECT sum(bound) AS bound FROM query_terms WHERE common GROUP BY base_id) AS per_base)
           >= coalesce((SELECT partial FROM rare_scores ORDER BY partial DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0)
              - 1e-9
     GROUP BY r.chunk_id, r.partial
     ORDER BY score DESC, r.chunk_id
     LIMIT %(leg_limit)s
 ),
--- The leg_limit-th exact score found so far (0 when fewer were found): a chunk below it is out.
-threshold AS MATERIALIZED (
-    SELECT CASE WHEN count(*) >= %(leg_limit)s THEN min(score) ELSE 0 END AS score FROM pruned
-),
--- Pass 3: chunks holding common terms only, read from the blocks whose common bound reaches the
--- threshold (none when the rare terms' chunks already beat every block's bound).
-common_only AS MATERIALIZED (
+-- Pass 3 starts from a threshold: the leg_limit-th best of the exact scores of pass 2 and of lower
+-- bounds of other chunks (seed: the postings of the top tier of each base's common term with the
+-- largest bound, the sums of which no chunk's score is below). 0 when fewer chunks were found.
+seed AS MATERIALIZED (
     SELECT pb.block_no::bigint * 256 + p.o AS chunk_id,
-           round(sum(
-               q.idf * p.tf * (%(k1)s::float8 + 1)
+           sum(q.idf * p.tf * (%(k1)s::float8 + 1)
                / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * bl.lengths[p.o + 1] / q.avg_terms))
-           )::numeric, 12)::float8 AS score
-    FROM common_blocks AS cb
-    JOIN query_terms AS q ON q.base_id = cb.base_id AND q.common
-    JOIN posting_blocks AS pb ON pb.base_id = cb.base_id AND pb.term_id = q.term_id AND pb.block_no = cb.block_no
-    JOIN block_lengths AS bl ON bl.base_id = cb.base_id AND bl.block_no = cb.block_no
+           ) AS partial
+    FROM (SELECT DISTINCT ON (base_id) * FROM query_terms WHERE common ORDER BY base_id, bound DESC, term) AS q
+    JOIN posting_blocks AS pb
+      ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+     AND pb.tier = (SELECT max(top.tier) FROM posting_blocks AS top
+                    WHERE top.base_id = q.base_id AND top.term_id = q.term_id)
+    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
-    WHERE cb.bound >= (SELECT score FROM threshold) - 1e-9
-      AND NOT EXISTS (SELECT 1 FROM rare_scores AS r WHERE r.chunk_id = pb.block_no::bigint * 256 + p.o)
+    WHERE (%(unfiltered)s::boolean OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
       AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY 1
-    ORDER BY score DESC, chunk_id
+),
+threshold AS MATERIALIZED (
+    SELECT coalesce((
+        SELECT score FROM (
+            SELECT score FROM pruned
+            UNION ALL
+            SELECT s.partial FROM seed AS s WHERE NOT EXISTS (SELECT 1 FROM pruned AS pr WHERE pr.chunk_id = s.chunk_id)
+        ) AS known
+        ORDER BY score DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0) AS score
+),
+-- Per common term: what the base's other common terms add at most (others), and whether a chunk
+-- can reach the threshold without it (MaxScore: terms taken by increasing bound, those whose
+-- bounds add up to less than the threshold are not essential, and no chunk holding only those
+-- can make the top, so their postings only ever get looked up).
+common_terms AS MATERIALIZED (
+    SELECT q.*,
+           sum(q.bound) OVER (PARTITION BY q.base_id) - q.bound AS others,
+           sum(q.bound) OVER (PARTITION BY q.base_id ORDER BY q.bound, q.term)
+             >= (SELECT score FROM threshold) - 1e-9 AS essential
+    FROM query_terms AS q
+    WHERE q.common
+),
+-- Pass 3: chunks holding common terms only. A row of an essential term is read when its bound
+-- plus the others' can reach the threshold: a chunk none of whose rows is read has a score below
+-- it (each of its terms' rows failed: its row bound + the others' bounds < threshold). What the
+-- rows read give is a partial score; chunks whose partial score plus the bounds of their terms
+-- not read can reach the threshold get those terms looked up, as in pass 2.
+candidates AS MATERIALIZED (
+    SELECT pb.base_id, pb.block_no, p.o, pb.block_no::bigint * 256 + p.o AS chunk_id,
+           max(bl.lengths[p.o + 1]) AS chunk_terms,
+           array_agg(q.term_id) AS read_terms,
+           sum(q.idf * p.tf * (%(k1)s::float8 + 1)
+               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * bl.lengths[p.o + 1] / q.avg_terms))
+           ) AS partial,
+           sum(q.bound) AS read_bound,
+           max(q.bound + q.others) AS all_bound
+    FROM common_terms AS q
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
+                              coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
+    WHERE q.essential
+      AND q.idf * pb.max_tf * (%(k1)s::float8 + 1)
+            / (pb.max_tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * pb.min_length / q.avg_terms))
+          + q.others >= (SELECT score FROM threshold) - 1e-9
+      AND (%(unfiltered)s::boolean OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
+      AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
+    GROUP BY pb.base_id, pb.block_no, p.o
+),
+common_only AS MATERIALIZED (
+    SELECT c.chunk_id,
+           round((c.partial + coalesce(sum(
+               q.idf * t.tf * (%(k1)s::float8 + 1)
+               / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * c.chunk_terms / q.avg_terms))
+           ), 0))::numeric, 12)::float8 AS score
+    FROM candidates AS c
+    LEFT JOIN common_terms AS q ON q.base_id = c.base_id AND NOT q.term_id = ANY(c.read_terms)
+    LEFT JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
+    LEFT JOIN LATERAL (
+        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = c.o THEN pb.max_tf END
+                    ELSE pb.tfs[array_position(pb.offsets, c.o)] END AS tf
+    ) AS t ON true
+    -- Chunks of pass 1 are scored there (exactly, or left out as unable to make the top).
+    WHERE NOT EXISTS (SELECT 1 FROM rare_scores AS r WHERE r.chunk_id = c.chunk_id)
+      AND c.partial + (c.all_bound - c.read_bound) >= (SELECT score FROM threshold) - 1e-9
+    GROUP BY c.chunk_id, c.partial
+    ORDER BY score DESC, c.chunk_id
     LIMIT %(leg_limit)s
 ),
 keyword AS MATERIALIZED (

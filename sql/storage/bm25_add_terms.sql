@@ -3,15 +3,17 @@
 -- Run with the postings, in the same transaction, under the base's lock (storage.lock_base): the
 -- UPDATE and the INSERT then see the same terms, and no other writer adds one meanwhile.
 -- Parameters: %(base_id)s int; %(terms)b text[] and %(dfs)b int[] (for each term, how many of the
--- new chunks hold it), sent in binary: a batch carries tens of thousands of terms.
+-- new chunks hold it), %(max_tfs)b int[] and %(min_lengths)b int[] (its most occurrences in one of
+-- them, the fewest terms of one holding it), sent in binary: a batch carries tens of thousands of terms.
 -- Returns: term, term_id — one row per term given.
 WITH added AS MATERIALIZED (
-    SELECT a.term, a.df
-    FROM unnest(%(terms)b::text[], %(dfs)b::int[]) AS a(term, df)
+    SELECT a.term, a.df, a.max_tf, a.min_length
+    FROM unnest(%(terms)b::text[], %(dfs)b::int[], %(max_tfs)b::int[], %(min_lengths)b::int[])
+         AS a(term, df, max_tf, min_length)
 ),
 updated AS (
     UPDATE bm25_terms AS t
-    SET df = t.df + a.df
+    SET df = t.df + a.df, max_tf = greatest(t.max_tf, a.max_tf), min_length = least(t.min_length, a.min_length)
     FROM added AS a
     WHERE t.base_id = %(base_id)s::int AND t.term = a.term
     RETURNING t.term, t.term_id
@@ -19,8 +21,8 @@ updated AS (
 -- Only terms the base lacks: an INSERT ... ON CONFLICT would draw an identity value for every
 -- term of every batch and run out of integers after ~10^5 batches.
 inserted AS (
-    INSERT INTO bm25_terms (base_id, term, df)
-    SELECT %(base_id)s::int, a.term, a.df
+    INSERT INTO bm25_terms (base_id, term, df, max_tf, min_length)
+    SELECT %(base_id)s::int, a.term, a.df, a.max_tf, a.min_length
     FROM added AS a
     WHERE NOT EXISTS (SELECT 1 FROM bm25_terms AS t WHERE t.base_id = %(base_id)s::int AND t.term = a.term)
     RETURNING term, term_id

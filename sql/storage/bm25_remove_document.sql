@@ -5,7 +5,8 @@
 --
 -- Every row of the document's blocks that holds one of its chunks is rewritten without them (or
 -- deleted when nothing remains), with its max_tf and min_length recomputed: a removed chunk
--- leaves no ghost posting and no stale bound. Terms whose document frequency drops to 0 are deleted.
+-- leaves no ghost posting and no stale bound. Terms whose document frequency drops to 0 are deleted;
+-- bm25_terms.max_tf and min_length stay as they were (still bounds, if looser).
 -- Each statement below touches disjoint rows: one statement cannot modify a row twice.
 WITH gone AS MATERIALIZED (
     SELECT (c.chunk_id / 256)::int AS block_no, array_agg(mod(c.chunk_id, 256)::smallint) AS offsets
@@ -14,7 +15,7 @@ WITH gone AS MATERIALIZED (
     GROUP BY c.chunk_id / 256
 ),
 rewritten AS MATERIALIZED (
-    SELECT pb.term_id, pb.block_no, kept.*
+    SELECT pb.term_id, pb.tier, pb.block_no, kept.*
     FROM gone AS g
     JOIN posting_blocks AS pb ON pb.base_id = %(base_id)s::int AND pb.block_no = g.block_no
     JOIN block_lengths AS bl ON bl.base_id = %(base_id)s::int AND bl.block_no = g.block_no
@@ -34,7 +35,7 @@ rewritten AS MATERIALIZED (
 emptied_blocks AS (
     DELETE FROM posting_blocks AS pb
     USING rewritten AS r
-    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.block_no = r.block_no
+    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
       AND r.remaining = 0
 ),
 shrunk_blocks AS (
@@ -43,7 +44,7 @@ shrunk_blocks AS (
         offsets = CASE WHEN r.remaining > 1 THEN r.offsets END,
         tfs = CASE WHEN r.remaining > 1 THEN r.tfs END
     FROM rewritten AS r
-    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.block_no = r.block_no
+    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
       AND r.remaining > 0
 ),
 gone_terms AS MATERIALIZED (
