@@ -587,7 +587,7 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
                 [p[0] for p in postings] if many else None, [p[1] for p in postings] if many else None,
             ))
         # In primary-key order: each term's new rows land next to each other in the index.
-        rows.sort(key=itemgetter(1, 2, 3))
+        rows.sort(key=itemgetter(1, 3, 2))
         with cur.copy("COPY posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset,"
                       " offsets, tfs) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(["int4", "int4", "int2", "int4", "int2", "int4", "int2", "int2[]", "int2[]"])

@@ -93,7 +93,7 @@ def upgrade() -> None:
             first_offset smallint NOT NULL,
             offsets      smallint[],
             tfs          smallint[],
-            CONSTRAINT pk_posting_blocks PRIMARY KEY (base_id, term_id, tier, block_no),
+            CONSTRAINT pk_posting_blocks PRIMARY KEY (base_id, term_id, block_no, tier),
             CONSTRAINT ck_posting_blocks_arrays CHECK ((offsets IS NULL) = (tfs IS NULL))
         )
         """

@@ -142,9 +142,25 @@ rare_scores AS MATERIALIZED (
       AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
--- Pass 2: the candidates whose partial score plus every common term's bound can still reach
--- the leg_limit-th partial score get their common terms' contributions, each looked up in the
--- term's row of the candidate's block (array_position: a scan of at most 256 offsets, in C).
+-- Pass 2: a threshold first: the leg_limit best chunks by partial score, completed exactly
+-- (the common terms looked up as below); their leg_limit-th score bounds the top from below.
+rare_best AS MATERIALIZED (
+    SELECT round((r.partial + coalesce(sum(
+               q.idf * t.tf * (%(k1)s::float8 + 1)
+               / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms))
+           ), 0))::numeric, 12)::float8 AS score
+    FROM (SELECT * FROM rare_scores ORDER BY partial DESC, chunk_id LIMIT %(leg_limit)s) AS r
+    LEFT JOIN query_terms AS q ON q.base_id = r.base_id AND q.common
+    LEFT JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+    LEFT JOIN LATERAL (
+        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
+                    ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
+    ) AS t ON true
+    GROUP BY r.chunk_id, r.partial
+),
+-- Then the candidates whose partial score plus every common term's bound can still reach that
+-- threshold get their common terms' contributions, each looked up in the term's rows of the
+-- candidate's block (array_position: a scan of at most 256 offsets, in C).
 pruned AS MATERIALIZED (
     SELECT r.chunk_id,
            -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
@@ -162,7 +178,7 @@ pruned AS MATERIALIZED (
     ) AS t ON true
     WHERE r.partial + (SELECT coalesce(max(per_base.bound), 0)
                        FROM (SELECT sum(bound) AS bound FROM query_terms WHERE common GROUP BY base_id) AS per_base)
-          >= coalesce((SELECT partial FROM rare_scores ORDER BY partial DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0)
+          >= coalesce((SELECT score FROM rare_best ORDER BY score DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0)
              - 1e-9
     GROUP BY r.chunk_id, r.partial
     ORDER BY score DESC, r.chunk_id
