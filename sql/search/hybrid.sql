@@ -145,18 +145,22 @@ rare_scores AS MATERIALIZED (
 -- Pass 2: a threshold first: the leg_limit best chunks by partial score, completed exactly
 -- (the common terms looked up as below); their leg_limit-th score bounds the top from below.
 rare_best AS MATERIALIZED (
-    SELECT round((r.partial + coalesce(sum(
-               q.idf * t.tf * (%(k1)s::float8 + 1)
-               / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms))
-           ), 0))::numeric, 12)::float8 AS score
+    SELECT round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
     FROM (SELECT * FROM rare_scores ORDER BY partial DESC, chunk_id LIMIT %(leg_limit)s) AS r
-    LEFT JOIN query_terms AS q ON q.base_id = r.base_id AND q.common
-    LEFT JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+    -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
+    -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
-                    ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
-    ) AS t ON true
-    GROUP BY r.chunk_id, r.partial
+        SELECT sum(q.idf * t.tf * (%(k1)s::float8 + 1)
+                   / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms)))
+               AS part
+        FROM query_terms AS q
+        JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
+                        ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
+        ) AS t
+        WHERE q.base_id = r.base_id AND q.common
+    ) AS common_terms_of ON true
 ),
 -- Then the candidates whose partial score plus every common term's bound can still reach that
 -- threshold get their common terms' contributions, each looked up in the term's rows of the
@@ -165,38 +169,53 @@ pruned AS MATERIALIZED (
     SELECT r.chunk_id,
            -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
            -- and equal scores must tie exactly so that chunk_id breaks the tie.
-           round((r.partial + coalesce(sum(
-               q.idf * t.tf * (%(k1)s::float8 + 1)
-               / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms))
-           ), 0))::numeric, 12)::float8 AS score
+           round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
     FROM rare_scores AS r
-    LEFT JOIN query_terms AS q ON q.base_id = r.base_id AND q.common
-    LEFT JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+    -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
+    -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
-                    ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
-    ) AS t ON true
+        SELECT sum(q.idf * t.tf * (%(k1)s::float8 + 1)
+                   / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms)))
+               AS part
+        FROM query_terms AS q
+        JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
+                        ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
+        ) AS t
+        WHERE q.base_id = r.base_id AND q.common
+    ) AS common_terms_of ON true
     WHERE r.partial + (SELECT coalesce(max(per_base.bound), 0)
                        FROM (SELECT sum(bound) AS bound FROM query_terms WHERE common GROUP BY base_id) AS per_base)
           >= coalesce((SELECT score FROM rare_best ORDER BY score DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0)
              - 1e-9
-    GROUP BY r.chunk_id, r.partial
     ORDER BY score DESC, r.chunk_id
     LIMIT %(leg_limit)s
 ),
 -- Pass 3 starts from a threshold: the leg_limit-th best of the exact scores of pass 2 and of lower
--- bounds of other chunks (seed: the postings of the top tier of each base's common term with the
--- largest bound, the sums of which no chunk's score is below). 0 when fewer chunks were found.
+-- bounds of other chunks (seed: the postings of the top tiers, at least leg_limit postings, of each
+-- base's common term with the largest bound: no chunk scores less than what they add). 0 when
+-- fewer chunks were found.
+seed_term AS MATERIALIZED (
+    SELECT q.*,
+           -- The highest tier from which down the term holds at least leg_limit postings (else 0).
+           coalesce((SELECT max(per_tier.tier) FROM (
+               SELECT pb.tier, sum(sum(coalesce(cardinality(pb.offsets), 1))) OVER (ORDER BY pb.tier DESC) AS postings
+               FROM posting_blocks AS pb
+               WHERE pb.base_id = q.base_id AND pb.term_id = q.term_id
+               GROUP BY pb.tier) AS per_tier
+             WHERE per_tier.postings >= %(leg_limit)s), 0) AS from_tier
+    FROM (SELECT DISTINCT ON (base_id) * FROM query_terms WHERE common ORDER BY base_id, bound DESC, term) AS q
+    -- Only when pass 2 found fewer than leg_limit chunks: its scores are a better threshold.
+    WHERE (SELECT count(*) FROM pruned) < %(leg_limit)s
+),
 seed AS MATERIALIZED (
     SELECT pb.block_no::bigint * 256 + p.o AS chunk_id,
            sum(q.idf * p.tf * (%(k1)s::float8 + 1)
                / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial
-    FROM (SELECT DISTINCT ON (base_id) * FROM query_terms WHERE common ORDER BY base_id, bound DESC, term) AS q
-    JOIN posting_blocks AS pb
-      ON pb.base_id = q.base_id AND pb.term_id = q.term_id
-     AND pb.tier = (SELECT max(top.tier) FROM posting_blocks AS top
-                    WHERE top.base_id = q.base_id AND top.term_id = q.term_id)
+    FROM seed_term AS q
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id AND pb.tier >= q.from_tier
     JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
@@ -253,22 +272,25 @@ candidates AS MATERIALIZED (
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
 common_only AS MATERIALIZED (
-    SELECT c.chunk_id,
-           round((c.partial + coalesce(sum(
-               q.idf * t.tf * (%(k1)s::float8 + 1)
-               / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * c.chunk_terms / q.avg_terms))
-           ), 0))::numeric, 12)::float8 AS score
+    SELECT c.chunk_id, round((c.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
     FROM candidates AS c
-    LEFT JOIN common_terms AS q ON q.base_id = c.base_id AND NOT q.term_id = ANY(c.read_terms)
-    LEFT JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
+    -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
+    -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = c.o THEN pb.max_tf END
-                    ELSE pb.tfs[array_position(pb.offsets, c.o)] END AS tf
-    ) AS t ON true
+        SELECT sum(q.idf * t.tf * (%(k1)s::float8 + 1)
+                   / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * c.chunk_terms / q.avg_terms)))
+               AS part
+        FROM query_terms AS q
+        JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = c.o THEN pb.max_tf END
+                        ELSE pb.tfs[array_position(pb.offsets, c.o)] END AS tf
+        ) AS t
+        WHERE q.base_id = c.base_id AND q.common AND NOT q.term_id = ANY(c.read_terms)
+    ) AS common_terms_of ON true
     -- Chunks of pass 1 are scored there (exactly, or left out as unable to make the top).
     WHERE NOT EXISTS (SELECT 1 FROM rare_scores AS r WHERE r.chunk_id = c.chunk_id)
       AND c.partial + (c.all_bound - c.read_bound) >= (SELECT score FROM threshold) - 1e-9
-    GROUP BY c.chunk_id, c.partial
     ORDER BY score DESC, c.chunk_id
     LIMIT %(leg_limit)s
 ),
