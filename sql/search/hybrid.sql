@@ -142,11 +142,12 @@ rare_scores AS MATERIALIZED (
       AND (%(unfiltered)s::boolean OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
--- Pass 2: a threshold first: the leg_limit best chunks by partial score, completed exactly
--- (the common terms looked up as below); their leg_limit-th score bounds the top from below.
+-- Pass 2: a threshold first: the 4 x leg_limit best chunks by partial score, completed exactly
+-- (the common terms looked up as below); their leg_limit-th score bounds the top from below
+-- (4 x: partial scores tie by the hundred, and the common terms decide among them).
 rare_best AS MATERIALIZED (
     SELECT round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
-    FROM (SELECT * FROM rare_scores ORDER BY partial DESC, chunk_id LIMIT %(leg_limit)s) AS r
+    FROM (SELECT * FROM rare_scores ORDER BY partial DESC, chunk_id LIMIT 4 * %(leg_limit)s) AS r
     -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
     -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
@@ -163,33 +164,70 @@ rare_best AS MATERIALIZED (
     ) AS common_terms_of ON true
 ),
 -- Then the candidates whose partial score plus every common term's bound can still reach that
--- threshold get their common terms' contributions, each looked up in the term's rows of the
--- candidate's block (array_position: a scan of at most 256 offsets, in C).
-pruned AS MATERIALIZED (
-    SELECT r.chunk_id,
-           -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
-           -- and equal scores must tie exactly so that chunk_id breaks the tie.
-           round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
+-- threshold get their common terms' contributions.
+survivors AS MATERIALIZED (
+    SELECT r.*
     FROM rare_scores AS r
-    -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
-    -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
-    LEFT JOIN LATERAL (
-        SELECT sum(q.idf * t.tf * (%(k1)s::float8 + 1)
-                   / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms)))
-               AS part
-        FROM query_terms AS q
-        JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
-        CROSS JOIN LATERAL (
-            SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
-                        ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
-        ) AS t
-        WHERE q.base_id = r.base_id AND q.common
-    ) AS common_terms_of ON true
     WHERE r.partial + (SELECT coalesce(max(per_base.bound), 0)
                        FROM (SELECT sum(bound) AS bound FROM query_terms WHERE common GROUP BY base_id) AS per_base)
           >= coalesce((SELECT score FROM rare_best ORDER BY score DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0)
              - 1e-9
-    ORDER BY score DESC, r.chunk_id
+),
+-- Few survivors: each term looked up in the rows of the chunk's block (a few microseconds each).
+-- Many: cheaper to read the common terms' rows of their blocks once (below a lookup per 8
+-- postings read).
+survivors_many AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM survivors) * (SELECT count(*) FROM query_terms WHERE common) * 8
+           > (SELECT coalesce(sum(df), 0) FROM query_terms WHERE common) AS decode
+),
+pruned AS MATERIALIZED (
+    SELECT scored.chunk_id, scored.score
+    FROM (
+        SELECT r.chunk_id,
+               -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
+               -- and equal scores must tie exactly so that chunk_id breaks the tie.
+               round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
+        FROM survivors AS r
+        -- A LATERAL, so that each lookup is one range of the primary key; array_position scans at
+        -- most 256 offsets, in C.
+        LEFT JOIN LATERAL (
+            SELECT sum(q.idf * t.tf * (%(k1)s::float8 + 1)
+                       / (t.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms)))
+                   AS part
+            FROM query_terms AS q
+            JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
+                            ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
+            ) AS t
+            WHERE q.base_id = r.base_id AND q.common
+        ) AS common_terms_of ON true
+        WHERE NOT (SELECT decode FROM survivors_many)
+        UNION ALL
+        -- No join: the survivors' partial scores and the decoded postings are added up per chunk
+        -- in one hash aggregate, and only the survivors are kept.
+        SELECT both_parts.chunk_id, round(sum(both_parts.part)::numeric, 12)::float8 AS score
+        FROM (
+            SELECT r.chunk_id, r.partial AS part, true AS survivor
+            FROM survivors AS r
+            WHERE (SELECT decode FROM survivors_many)
+            UNION ALL
+            SELECT pb.block_no::bigint * 256 + p.o,
+                   q.idf * p.tf * (%(k1)s::float8 + 1)
+                   / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * bl.lengths[p.o + 1] / q.avg_terms)),
+                   false
+            FROM query_terms AS q
+            JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+            JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+            CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
+                                      coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
+            WHERE q.common AND (SELECT decode FROM survivors_many)
+              AND pb.block_no IN (SELECT block_no FROM survivors)
+        ) AS both_parts
+        GROUP BY both_parts.chunk_id
+        HAVING bool_or(both_parts.survivor)
+    ) AS scored
+    ORDER BY scored.score DESC, scored.chunk_id
     LIMIT %(leg_limit)s
 ),
 -- Pass 3 starts from a threshold: the leg_limit-th best of the exact scores of pass 2 and of lower
