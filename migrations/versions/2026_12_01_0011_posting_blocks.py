@@ -145,6 +145,8 @@ def upgrade() -> None:
     op.execute("CREATE SEQUENCE chunk_blocks AS integer")
     op.execute(f"SELECT setval('chunk_blocks', coalesce((SELECT max(chunk_id) / {BLOCK} + 1 FROM chunks), 1))")
     op.execute("ANALYZE posting_blocks, block_lengths")
+    # The keyword leg's function (called by sql/search/hybrid.sql).
+    op.execute(sqlfiles.load("search/bm25_top_k.v1"))
     view = sql.Identifier("metis", "postings")
     _execute(sql.SQL("CREATE VIEW {} AS\n{}").format(view, sql.SQL(sqlfiles.load("views/postings.v1"))))
     _execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(view, sql.Literal(
@@ -160,6 +162,7 @@ def _execute(statement: sql.Composable) -> None:
 
 def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS metis.postings")
+    op.execute("DROP FUNCTION IF EXISTS bm25_top_k(int[], text[], float8[], float8, float8, int, bigint[])")
     op.execute(
         """
         CREATE TABLE postings (
