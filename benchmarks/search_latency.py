@@ -128,7 +128,7 @@ TOPIC_BAND = (1_000, VOCABULARY_SIZE)  # ranks (0-based, end excluded) topic wor
 TOPICS_PER_DOCUMENT = (1, 3)
 TOPIC_IN_CHUNK = 0.65  # chance a topic word of the document occurs in one of its chunks
 TOPIC_EXTRA_MEAN = 1.5  # occurrences beyond the first: Poisson
-CHUNK_WORDS_MEDIAN, CHUNK_WORDS_SIGMA, CHUNK_WORDS_RANGE = 110, 0.55, (40, 250)
+CHUNK_WORDS_MEDIAN, CHUNK_WORDS_SIGMA, CHUNK_WORDS_RANGE = 110, 0.5, (40, 250)
 COMMON_RANKS = 2_000  # query words that are not topics: Zipf over the most common
 
 
