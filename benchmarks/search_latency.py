@@ -80,6 +80,7 @@ import atexit
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -692,7 +693,10 @@ def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None
         for _ in range(2):  # the first warms
             run_search(_ExplainingConnection(conn, plans), base_ids=[corpus.base_id], model=corpus.model,
                        query_embedding=q.vector, terms=q.terms, top_k=TOP_K, filters=Filters(path_prefix=path_prefix))
-    return plans[-1] if plans else "(the fused statement was not run: search/hybrid not found)"
+    if not plans:
+        return "(the fused statement was not run: search/hybrid not found)"
+    # The query vector's 384 values, printed in every node that uses it, say nothing: shortened.
+    return re.sub(r"'\[[-+0-9.,eE]{200,}\]'", lambda m: f"'[{m.group(0).count(',') + 1} values]'", plans[-1])
 
 
 # --------------------------------------------------------------------------- indexing
