@@ -439,15 +439,21 @@ def vacuum_analyze(dsn: str) -> list[str]:
     return tables
 
 
+def table_sizes(conn) -> dict[str, int]:
+    """Return ``{table: bytes}`` (with indexes and TOAST; a partitioned table: its partitions summed)
+    for every table of :func:`base_tables`."""
+    return {t: conn.execute(TABLE_SIZE_SQL, {"t": t}).fetchone()[0] for t in base_tables(conn)}
+
+
 def database_size(pool) -> dict:
-    """Return the size (bytes, with indexes and TOAST, partitions summed) of every table of :func:`base_tables`.
+    """Return the size of every table of :func:`base_tables` (:func:`table_sizes`) and their total per chunk.
 
     Returns:
         ``{"tables": {name: bytes}, "total_bytes", "chunks_in_database", "mb_per_1k_chunks"}``:
         the total over the chunks of every base in the database, in MB (10**6 bytes) per 1,000 chunks.
     """
     with pool.connection() as conn:
-        tables = {t: conn.execute(TABLE_SIZE_SQL, {"t": t}).fetchone()[0] for t in base_tables(conn)}
+        tables = table_sizes(conn)
         chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     total = sum(tables.values())
     return {"tables": tables, "total_bytes": total, "chunks_in_database": chunks,
