@@ -306,8 +306,9 @@ class ZipfSet:
 def zipf(metis: metis_pg.Metis) -> Iterator[ZipfSet]:
     """2,400 one-chunk documents of Zipf-drawn words written in 6 batches; then 100 deleted (the
     50 shortest among them: the average length moves), 100 re-written (new words, a length
-    a third, the same or three times) and 200 more written: 2,500 chunks. Its oracle is built
-    from the texts left."""
+    a third, the same or three times) and 200 more written, half of them copies of earlier
+    texts (exact ties between a chunk of the first batches and one of the last, which chunk id
+    breaks): 2,500 chunks. Its oracle is built from the texts left."""
     rng = np.random.default_rng(20261201)
     p = zipf_law(1.0)
     with metis.pool.connection() as conn:
@@ -322,7 +323,10 @@ def zipf(metis: metis_pg.Metis) -> Iterator[ZipfSet]:
         changed = [kept[int(i)] for i in rng.choice(len(kept), size=100, replace=False)]
         base.write(conn, {path: ("", zipf_text(rng, p, scale=float(rng.choice([0.3, 1.0, 3.0]))))
                           for path in changed}, batch=100)
-        base.write(conn, {f"{i % 1000:03d}/d{i}": ("", zipf_text(rng, p)) for i in range(2400, 2600)}, batch=200)
+        kept = sorted(base.docs)
+        copies = [kept[int(i)] for i in rng.choice(len(kept), size=100, replace=False)]
+        base.write(conn, {f"{i % 1000:03d}/d{i}": base.docs[copies[i - 2400]] if i < 2500 else ("", zipf_text(rng, p))
+                          for i in range(2400, 2600)}, batch=200)
         base.read_ids(metis, conn)
     oracle, paths = base.oracle()
     assert oracle.n == 2500
@@ -433,7 +437,9 @@ def test_keyword_leg_equals_exhaustive_bm25_and_bm25s_on_cranfield(metis, base_n
     the leg's top 50 equals the oracle's. The oracle is checked on every chunk against bm25s
     (Lucene BM25, same idf; it leaves out the constant factor k1 + 1 = 2.2; float32: to 1e-5).
     25 more questions add a part of a long word that no chunk holds: it brings in the longer
-    words holding it at half weight (retrieval.compound_terms), which the oracle weighs alike."""
+    words holding it at half weight (retrieval.compound_terms), which the oracle weighs alike.
+    A third of the questions are also asked through ``Metis.search(mode="keyword", top_k=50)``
+    (its leg keeps 200 rows)."""
     import bm25s
 
     folder = shared_data / "cranfield"
@@ -474,5 +480,11 @@ def test_keyword_leg_equals_exhaustive_bm25_and_bm25s_on_cranfield(metis, base_n
             prefix = ("0", "00")[i % 2]
             run.check(keyword_top(conn, [base.base_id], q, prefix=prefix, compounds=True),
                       ranked(*oracle.scores(q + extra, weights, allowed=allowed[prefix])), (prefix, question))
-    run.assert_none(2 * (225 + 25))
+            if i % 3 == 0:  # the public API too: top_k 50, so the leg keeps 200 and 50 are shown
+                answer = metis.search(base_name, question, mode="keyword", top_k=TOP,
+                                      filters=None if i % 2 else {"path_prefix": "0"})
+                got = [(r.chunk_id, r.scores.keyword) for r in answer.results]
+                mask = None if i % 2 else allowed["0"]
+                run.check(got, ranked(*oracle.scores(q + extra, weights, allowed=mask)), ("Metis.search", question))
+    run.assert_none(2 * (225 + 25) + 250 // 3)
     assert expanded >= 20
