@@ -240,7 +240,7 @@ PREFIXES = {"0": 0.10, "00": 0.01, "000": 0.001}
 
 
 def zipf_text(rng: np.random.Generator, p: np.ndarray, *, scale: float = 1.0) -> str:
-    """A chunk of Zipf-drawn words, its length log-normal (median ~27 words, from 2 to ~300)."""
+    """A chunk of Zipf-drawn words, its length log-normal (median ~27 words, from 2 to 400)."""
     size = int(np.clip(rng.lognormal(3.3, 0.8) * scale, 2, 400))
     return " ".join(VOCAB[rng.choice(len(VOCAB), size=size, p=p)])
 
