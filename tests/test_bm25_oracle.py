@@ -18,9 +18,11 @@ and reports every difference at once.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -211,23 +213,59 @@ def new_base(metis: metis_pg.Metis, conn, prefix: str) -> Mirror:
     return Mirror(name, base.base_id, storage.ensure_source(conn, base.base_id, "kb", "/kb"))
 
 
+#: One unit of the 12th decimal, to which the statement rounds its scores.
+ROUNDING_UNIT = 1e-12
+
+
+def rounding_flip(got: list[tuple[int, float]], scored: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether `got` is a right top list but for chunks of equal BM25 that the statement's
+    rounding set apart (one unit of the 12th decimal): the scores of its chunks (per the oracle)
+    are the expected ones, in order, and every pair out of chunk-id order is one that the
+    statement scored apart by at most one unit (a tie broken the wrong way scores equal)."""
+    ids, scores = scored
+    expected = ranked(ids, scores, len(got))
+    truth = dict(zip(ids.tolist(), scores.tolist()))
+    if len(expected) != len(got) or any(cid not in truth for cid, _ in got):
+        return False
+    if any(not math.isclose(score, truth[cid], rel_tol=REL) for cid, score in got):
+        return False
+    if any(not math.isclose(truth[g], e, rel_tol=TIE, abs_tol=ROUNDING_UNIT) for (g, _), (_, e) in zip(got, expected)):
+        return False  # a chunk is missing, or one is in the wrong place
+    for (a, sa), (b, sb) in itertools.pairwise(got):
+        if a > b and math.isclose(truth[a], truth[b], rel_tol=TIE) and not 0 < sa - sb <= 1.5 * ROUNDING_UNIT:
+            return False
+    return True
+
+
 @dataclass
 class Run:
-    """Questions asked and differences found by one test."""
+    """Questions asked and differences found by one test.
+
+    A *rounding flip* is not counted as a difference but warned of: two chunks of equal BM25
+    ordered against their chunk ids because the statement, summing each chunk's terms in the
+    order of its plan, rounded one up and the other down at the 12th decimal (found on
+    2026-12-01 with this file: two chunks of the same text scored 3.875218678851 and ...852).
+    """
 
     asked: int = 0
     differences: list[str] = field(default_factory=list)
+    flips: list[str] = field(default_factory=list)
 
-    def check(self, got, expected, context) -> None:
+    def check(self, got: list[tuple[int, float]], scored: tuple[np.ndarray, np.ndarray], context) -> None:
+        """Compare `got` with the top 50 of `scored` (chunk ids, oracle scores)."""
         self.asked += 1
-        diff = difference(got, expected)
+        diff = difference(got, ranked(*scored))
         if diff is not None:
-            self.differences.append(f"{context}: {diff}")
+            (self.flips if rounding_flip(got, scored) else self.differences).append(f"{context}: {diff}")
 
     def assert_none(self, at_least: int) -> None:
         assert not self.differences, (f"{len(self.differences)} of {self.asked} searches differ from exhaustive"
                                       " BM25:\n" + "\n".join(self.differences[:20]))
         assert self.asked >= at_least
+        if self.flips:
+            warnings.warn(f"{len(self.flips)} of {self.asked} searches order chunks of equal BM25 against their"
+                          " chunk ids (scores rounded apart at the 12th decimal): " + "; ".join(self.flips[:5]),
+                          stacklevel=2)
 
 
 # -- a Zipf base ---------------------------------------------------------------------------------
@@ -252,6 +290,14 @@ def zipf_law(exponent: float = 1.0, order: np.ndarray | None = None) -> np.ndarr
     if order is not None:
         p = p[np.argsort(order)]
     return p / p.sum()
+
+
+def topic_law(topic: int) -> np.ndarray:
+    """A Zipf law (exponent 1) whose words of ranks 30-629 are rotated by 100 per `topic`: the
+    commonest 30 words are common in every topic, the next 600 frequent in some topics only."""
+    order = np.arange(len(VOCAB))
+    order[30:630] = np.roll(order[30:630], 100 * topic)
+    return zipf_law(1.0, order)
 
 
 def zipf_questions(oracle: ExhaustiveBM25, n: int, seed: int) -> list[list[str]]:
@@ -304,16 +350,21 @@ class ZipfSet:
 
 @pytest.fixture(scope="module")
 def zipf(metis: metis_pg.Metis) -> Iterator[ZipfSet]:
-    """2,400 one-chunk documents of Zipf-drawn words written in 6 batches; then 100 deleted (the
+    """2,400 one-chunk documents of Zipf-drawn words written in 6 batches, each of its own topic
+    (:func:`topic_law`) and length scale, so that ranges of chunk ids (posting blocks) differ
+    in which words they hold and how often (what block-max bounds tell apart); then 100 deleted (the
     50 shortest among them: the average length moves), 100 re-written (new words, a length
     a third, the same or three times) and 200 more written, half of them copies of earlier
     texts (exact ties between a chunk of the first batches and one of the last, which chunk id
     breaks): 2,500 chunks. Its oracle is built from the texts left."""
     rng = np.random.default_rng(20261201)
     p = zipf_law(1.0)
+    laws = [topic_law(j) for j in range(6)]
+    scales = (0.5, 1.0, 2.0, 1.0, 0.6, 1.6)
     with metis.pool.connection() as conn:
         base = new_base(metis, conn, "zipf")
-        texts = {f"{i % 1000:03d}/d{i}": ("", zipf_text(rng, p)) for i in range(2400)}
+        texts = {f"{i % 1000:03d}/d{i}": ("", zipf_text(rng, laws[i // 400], scale=scales[i // 400]))
+                 for i in range(2400)}
         base.write(conn, texts, batch=400)
         by_length = sorted(texts, key=lambda path: len(texts[path][1]))
         others = [path for path in texts if path not in set(by_length[:50])]
@@ -321,8 +372,9 @@ def zipf(metis: metis_pg.Metis) -> Iterator[ZipfSet]:
         base.delete(conn, gone)
         kept = sorted(base.docs)
         changed = [kept[int(i)] for i in rng.choice(len(kept), size=100, replace=False)]
-        base.write(conn, {path: ("", zipf_text(rng, p, scale=float(rng.choice([0.3, 1.0, 3.0]))))
-                          for path in changed}, batch=100)
+        base.write(conn, {path: ("", zipf_text(rng, laws[int(rng.integers(6))],
+                                               scale=float(rng.choice([0.3, 1.0, 3.0])))) for path in changed},
+                   batch=100)
         kept = sorted(base.docs)
         copies = [kept[int(i)] for i in rng.choice(len(kept), size=100, replace=False)]
         base.write(conn, {f"{i % 1000:03d}/d{i}": base.docs[copies[i - 2400]] if i < 2500 else ("", zipf_text(rng, p))
@@ -339,7 +391,7 @@ def test_keyword_leg_equals_exhaustive_bm25_on_1000_zipf_questions(metis, zipf):
     run = Run()
     with metis.pool.connection() as conn:
         for q in zipf.questions:
-            run.check(keyword_top(conn, [zipf.base.base_id], q), ranked(*zipf.oracle.scores(q)), q)
+            run.check(keyword_top(conn, [zipf.base.base_id], q), zipf.oracle.scores(q), q)
     run.assert_none(1000)
 
 
@@ -355,7 +407,7 @@ def test_keyword_leg_equals_exhaustive_bm25_with_path_filters(metis, zipf):
         for i, q in enumerate(zipf.questions):
             prefix = list(PREFIXES)[i % len(PREFIXES)]
             got = keyword_top(conn, [zipf.base.base_id], q, prefix=prefix)
-            run.check(got, ranked(*zipf.oracle.scores(q, allowed=allowed[prefix])), (prefix, q))
+            run.check(got, zipf.oracle.scores(q, allowed=allowed[prefix]), (prefix, q))
     run.assert_none(1000)
 
 
@@ -383,11 +435,11 @@ def test_two_bases_searched_together_keep_their_own_statistics(metis, zipf):
                 parts = [(oracle.scores(q, allowed=None if prefix is None else
                                         np.array([p.startswith(prefix) for p in paths])))
                          for oracle, paths in ((zipf.oracle, zipf.paths), (second, second_paths))]
-                expected = ranked(np.concatenate([ids for ids, _ in parts]), np.concatenate([s for _, s in parts]))
+                expected = (np.concatenate([ids for ids, _ in parts]), np.concatenate([s for _, s in parts]))
                 run.check(keyword_top(conn, [zipf.base.base_id, other.base_id], q, prefix=prefix), expected,
                           (prefix, q))
                 if prefix is None:
-                    pooled_differs += difference(expected, ranked(*pooled.scores(q))) is not None
+                    pooled_differs += difference(ranked(*expected), ranked(*pooled.scores(q))) is not None
         run.assert_none(300)
         assert pooled_differs > 50  # statistics of the two bases pooled would rank otherwise
     finally:
@@ -407,7 +459,7 @@ def test_keyword_leg_stays_exact_as_documents_are_added_deleted_and_rewritten(me
         base.read_ids(metis, conn)
         oracle, _ = base.oracle()
         for i, q in enumerate(zipf_questions(oracle, 100, seed)):
-            run.check(keyword_top(conn, [base.base_id], q), ranked(*oracle.scores(q)), (seed, q))
+            run.check(keyword_top(conn, [base.base_id], q), oracle.scores(q), (seed, q))
         return oracle
 
     with metis.pool.connection() as conn:
@@ -476,15 +528,15 @@ def test_keyword_leg_equals_exhaustive_bm25_and_bm25s_on_cranfield(metis, base_n
                 reference = reference + lucene.get_scores(extra) * (K1 + 1) * retrieval.COMPOUND_WEIGHT
             np.testing.assert_allclose(full, reference, rtol=1e-5, atol=1e-6, err_msg=question)
             run.check(keyword_top(conn, [base.base_id], q, compounds=True),
-                      ranked(*oracle.scores(q + extra, weights)), question)
+                      oracle.scores(q + extra, weights), question)
             prefix = ("0", "00")[i % 2]
             run.check(keyword_top(conn, [base.base_id], q, prefix=prefix, compounds=True),
-                      ranked(*oracle.scores(q + extra, weights, allowed=allowed[prefix])), (prefix, question))
+                      oracle.scores(q + extra, weights, allowed=allowed[prefix]), (prefix, question))
             if i % 3 == 0:  # the public API too: top_k 50, so the leg keeps 200 and 50 are shown
                 answer = metis.search(base_name, question, mode="keyword", top_k=TOP,
                                       filters=None if i % 2 else {"path_prefix": "0"})
                 got = [(r.chunk_id, r.scores.keyword) for r in answer.results]
                 mask = None if i % 2 else allowed["0"]
-                run.check(got, ranked(*oracle.scores(q + extra, weights, allowed=mask)), ("Metis.search", question))
+                run.check(got, oracle.scores(q + extra, weights, allowed=mask), ("Metis.search", question))
     run.assert_none(2 * (225 + 25) + 250 // 3)
     assert expanded >= 20
