@@ -277,9 +277,14 @@ VOCAB = np.array([f"z{chr(97 + i // 26 // 26 % 26) if i >= 676 else ''}{chr(97 +
 PREFIXES = {"0": 0.10, "00": 0.01, "000": 0.001}
 
 
-def zipf_text(rng: np.random.Generator, p: np.ndarray, *, scale: float = 1.0) -> str:
-    """A chunk of Zipf-drawn words, its length log-normal (median ~27 words, from 2 to 400)."""
-    size = int(np.clip(rng.lognormal(3.3, 0.8) * scale, 2, 400))
+def zipf_text(rng: np.random.Generator, p: np.ndarray, *, scale: float = 1.0,
+              lengths: tuple[int, int] | None = None) -> str:
+    """A chunk of Zipf-drawn words, its length log-normal (median ~27 words times `scale`, from 2
+    to 400), or uniform in `lengths` (words, both ends included)."""
+    if lengths is None:
+        size = int(np.clip(rng.lognormal(3.3, 0.8) * scale, 2, 400))
+    else:
+        size = int(rng.integers(lengths[0], lengths[1] + 1))
     return " ".join(VOCAB[rng.choice(len(VOCAB), size=size, p=p)])
 
 
@@ -351,8 +356,9 @@ class ZipfSet:
 @pytest.fixture(scope="module")
 def zipf(metis: metis_pg.Metis) -> Iterator[ZipfSet]:
     """2,400 one-chunk documents of Zipf-drawn words written in 6 batches, each of its own topic
-    (:func:`topic_law`) and length scale, so that ranges of chunk ids (posting blocks) differ
-    in which words they hold and how often (what block-max bounds tell apart); then 100 deleted (the
+    (:func:`topic_law`) and its own narrow range of lengths, so that ranges of chunk ids (posting
+    blocks) differ in which words they hold, how often and in how long chunks (what block-max
+    bounds tell apart: a block of long chunks bounds low); then 100 deleted (the
     50 shortest among them: the average length moves), 100 re-written (new words, a length
     a third, the same or three times) and 200 more written, half of them copies of earlier
     texts (exact ties between a chunk of the first batches and one of the last, which chunk id
@@ -360,10 +366,10 @@ def zipf(metis: metis_pg.Metis) -> Iterator[ZipfSet]:
     rng = np.random.default_rng(20261201)
     p = zipf_law(1.0)
     laws = [topic_law(j) for j in range(6)]
-    scales = (0.5, 1.0, 2.0, 1.0, 0.6, 1.6)
+    lengths = ((28, 45), (3, 6), (45, 80), (10, 16), (6, 10), (16, 28))
     with metis.pool.connection() as conn:
         base = new_base(metis, conn, "zipf")
-        texts = {f"{i % 1000:03d}/d{i}": ("", zipf_text(rng, laws[i // 400], scale=scales[i // 400]))
+        texts = {f"{i % 1000:03d}/d{i}": ("", zipf_text(rng, laws[i // 400], lengths=lengths[i // 400]))
                  for i in range(2400)}
         base.write(conn, texts, batch=400)
         by_length = sorted(texts, key=lambda path: len(texts[path][1]))
