@@ -83,7 +83,13 @@ rare_scores AS MATERIALIZED (
            sum(
                q.idf * p.tf * (p_k1 + 1)
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
-           ) AS partial
+           ) AS partial,
+           -- The same sum in numeric, which adds exactly, so that a score does not depend on the
+           -- order the terms were added in (equal chunks must tie exactly: chunk_id orders them).
+           sum((
+               q.idf * p.tf * (p_k1 + 1)
+               / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
+           )::numeric) AS exact
     FROM query_terms AS q
     JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
     JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
@@ -98,13 +104,13 @@ rare_scores AS MATERIALIZED (
 -- (the common terms looked up as below); their leg_limit-th score bounds the top from below
 -- (4 x: partial scores tie by the hundred, and the common terms decide among them).
 rare_best AS MATERIALIZED (
-    SELECT round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
+    SELECT round(r.exact + coalesce(common_terms_of.part, 0), 12)::float8 AS score
     FROM (SELECT * FROM rare_scores ORDER BY partial DESC, chunk_id LIMIT 4 * p_leg_limit) AS r
     -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
     -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT sum(q.idf * t.tf * (p_k1 + 1)
-                   / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms)))
+        SELECT sum((q.idf * t.tf * (p_k1 + 1)
+                    / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms)))::numeric)
                AS part
         FROM query_terms AS q
         JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
@@ -138,13 +144,13 @@ pruned AS MATERIALIZED (
         SELECT r.chunk_id,
                -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
                -- and equal scores must tie exactly so that chunk_id breaks the tie.
-               round((r.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
+               round(r.exact + coalesce(common_terms_of.part, 0), 12)::float8 AS score
         FROM survivors AS r
         -- A LATERAL, so that each lookup is one range of the primary key; array_position scans at
         -- most 256 offsets, in C.
         LEFT JOIN LATERAL (
-            SELECT sum(q.idf * t.tf * (p_k1 + 1)
-                       / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms)))
+            SELECT sum((q.idf * t.tf * (p_k1 + 1)
+                        / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms)))::numeric)
                    AS part
             FROM query_terms AS q
             JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
@@ -158,15 +164,15 @@ pruned AS MATERIALIZED (
         UNION ALL
         -- No join: the survivors' partial scores and the decoded postings are added up per chunk
         -- in one hash aggregate, and only the survivors are kept.
-        SELECT both_parts.chunk_id, round(sum(both_parts.part)::numeric, 12)::float8 AS score
+        SELECT both_parts.chunk_id, round(sum(both_parts.part), 12)::float8 AS score
         FROM (
-            SELECT r.chunk_id, r.partial AS part, true AS survivor
+            SELECT r.chunk_id, r.exact AS part, true AS survivor
             FROM survivors AS r
             WHERE (SELECT decode FROM survivors_many)
             UNION ALL
             SELECT pb.block_no::bigint * 256 + p.o,
-                   q.idf * p.tf * (p_k1 + 1)
-                   / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms)),
+                   (q.idf * p.tf * (p_k1 + 1)
+                    / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms)))::numeric,
                    false
             FROM query_terms AS q
             JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
@@ -246,6 +252,8 @@ candidates AS MATERIALIZED (
            sum(q.idf * p.tf * (p_k1 + 1)
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial,
+           sum((q.idf * p.tf * (p_k1 + 1)
+                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms)))::numeric) AS exact,
            sum(q.bound) AS read_bound,
            max(q.bound + q.others) AS all_bound
     FROM common_terms AS q
@@ -262,13 +270,13 @@ candidates AS MATERIALIZED (
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
 common_only AS MATERIALIZED (
-    SELECT c.chunk_id, round((c.partial + coalesce(common_terms_of.part, 0))::numeric, 12)::float8 AS score
+    SELECT c.chunk_id, round(c.exact + coalesce(common_terms_of.part, 0), 12)::float8 AS score
     FROM candidates AS c
     -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
     -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT sum(q.idf * t.tf * (p_k1 + 1)
-                   / (t.tf + p_k1 * (1 - p_b + p_b * c.chunk_terms / q.avg_terms)))
+        SELECT sum((q.idf * t.tf * (p_k1 + 1)
+                    / (t.tf + p_k1 * (1 - p_b + p_b * c.chunk_terms / q.avg_terms)))::numeric)
                AS part
         FROM query_terms AS q
         JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
