@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -553,7 +552,10 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
     """
     if not chunks:
         return
-    per_term_block: dict[tuple[str, int, int], list[tuple[int, int, int]]] = {}
+    # (term, tier, block) -> [first_offset, max_tf, min_length, offsets or None, tfs or None]: most
+    # rows hold one posting and never get lists. Plain loops: this runs for every posting written.
+    rows: dict[tuple[str, int, int], list] = {}
+    document_frequency: Counter[str] = Counter()
     lengths: dict[int, dict[int, int]] = {}
     term_total = 0
     for chunk_id, terms in chunks:
@@ -561,44 +563,60 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
         length = len(terms)
         term_total += length
         lengths.setdefault(block, {})[offset] = length
-        for term, tf in Counter(terms).items():
-            tf = min(tf, 32767)
-            per_term_block.setdefault((term, tier(tf), block), []).append((offset, tf, length))
-    document_frequency: Counter[str] = Counter()
-    max_tf: dict[str, int] = {}
-    min_length: dict[str, int] = {}
-    for (term, _tier, _block), postings in per_term_block.items():
-        document_frequency[term] += len(postings)
-        max_tf[term] = max(max_tf.get(term, 0), max(p[1] for p in postings))
-        min_length[term] = min(min_length.get(term, 1 << 30), min(p[2] for p in postings))
-    if document_frequency:
+        counts = Counter(terms)
+        document_frequency.update(counts.keys())
+        for term, tf in counts.items():
+            if tf > 32767:
+                tf = 32767
+            key = (term, 0 if tf == 1 else 1 if tf < 4 else 2 if tf < 8 else 3, block)  # tier(tf)
+            row = rows.get(key)
+            if row is None:
+                rows[key] = [offset, tf, length, None, None]
+            else:
+                if row[3] is None:
+                    row[3], row[4] = [row[0]], [row[1]]
+                row[3].append(offset)
+                row[4].append(tf)
+                if tf > row[1]:
+                    row[1] = tf
+                if length < row[2]:
+                    row[2] = length
+    if rows:
+        max_tf: dict[str, int] = {}
+        min_length: dict[str, int] = {}
+        for (term, _tier, _block), row in rows.items():
+            if row[1] > max_tf.get(term, 0):
+                max_tf[term] = row[1]
+            if row[2] < min_length.get(term, 1 << 30):
+                min_length[term] = row[2]
         terms = list(document_frequency)
         term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
-            "base_id": base_id, "terms": terms, "dfs": [document_frequency[t] for t in terms],
-            "max_tfs": [max_tf[t] for t in terms], "min_lengths": [min_length[t] for t in terms],
+            "base_id": base_id, "terms": "\n".join(terms),
+            "dfs": _int_array([document_frequency[t] for t in terms]),
+            "max_tfs": _int_array([max_tf[t] for t in terms]),
+            "min_lengths": _int_array([min_length[t] for t in terms]),
         }).fetchall())
-        rows = []
-        for (term, tier_, block), postings in per_term_block.items():
-            # Offsets ascend: chunks were read in id order.
-            many = len(postings) > 1
-            rows.append((
-                base_id, term_ids[term], tier_, block,
-                max(p[1] for p in postings), min(p[2] for p in postings), postings[0][0],
-                [p[0] for p in postings] if many else None, [p[1] for p in postings] if many else None,
-            ))
-        # In primary-key order: each term's new rows land next to each other in the index.
-        rows.sort(key=itemgetter(1, 3, 2))
+        # In primary-key order (term, block, tier): each term's new rows land next to each other in
+        # the index. COPY in text, formatted here: psycopg formats lists in Python, row by row.
+        ordered = sorted((term_ids[term], block, tier_, row) for (term, tier_, block), row in rows.items())
+        lines = []
+        for term_id, block, tier_, (first, top_tf, shortest, offsets, tfs) in ordered:
+            arrays = "\\N\t\\N" if offsets is None else f"{_int_array(offsets)}\t{_int_array(tfs)}"
+            lines.append(f"{base_id}\t{term_id}\t{tier_}\t{block}\t{top_tf}\t{shortest}\t{first}\t{arrays}\n")
         with cur.copy("COPY posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset,"
-                      " offsets, tfs) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int4", "int4", "int2", "int4", "int2", "int4", "int2", "int2[]", "int2[]"])
-            for row in rows:
-                copy.write_row(row)
+                      " offsets, tfs) FROM STDIN") as copy:
+            copy.write("".join(lines))
     with cur.copy("COPY block_lengths (base_id, block_no, lengths) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(["int4", "int4", "int4[]"])
         for block, by_offset in lengths.items():
             copy.write_row((base_id, block, [by_offset.get(o, 0) for o in range(max(by_offset) + 1)]))
     conn.execute(sqlfiles.load("storage/bm25_totals_add"),
                  {"base_id": base_id, "chunks": len(chunks), "terms": term_total})
+
+
+def _int_array(values: Sequence[int]) -> str:
+    """Return the text literal of an int[] (``'{1,2}'``): one join, where psycopg formats lists in Python."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _next_ids(conn: psycopg.Connection, sequence: str, n: int) -> list[int]:

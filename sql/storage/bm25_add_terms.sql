@@ -2,14 +2,15 @@
 -- every term (existing terms keep theirs; new ones get one), which the batch's posting blocks use.
 -- Run with the postings, in the same transaction, under the base's lock (storage.lock_base): the
 -- UPDATE and the INSERT then see the same terms, and no other writer adds one meanwhile.
--- Parameters: %(base_id)s int; %(terms)b text[] and %(dfs)b int[] (for each term, how many of the
--- new chunks hold it), %(max_tfs)b int[] and %(min_lengths)b int[] (its most occurrences in one of
--- them, the fewest terms of one holding it), sent in binary: a batch carries tens of thousands of terms.
+-- Parameters: %(base_id)s int; %(terms)s text, the terms separated by newlines (a term holds no
+-- whitespace); %(dfs)s, %(max_tfs)s, %(min_lengths)s int[] literals ('{1,2}'), parallel to the terms:
+-- how many of the new chunks hold it, its most occurrences in one of them, the fewest terms of one
+-- holding it. Text, formatted by the caller in one join: a batch carries tens of thousands of terms.
 -- Returns: term, term_id — one row per term given.
 WITH added AS MATERIALIZED (
     SELECT a.term, a.df, a.max_tf, a.min_length
-    FROM unnest(%(terms)b::text[], %(dfs)b::int[], %(max_tfs)b::int[], %(min_lengths)b::int[])
-         AS a(term, df, max_tf, min_length)
+    FROM unnest(string_to_array(%(terms)s::text, E'\n'), %(dfs)s::int[], %(max_tfs)s::int[],
+                %(min_lengths)s::int[]) AS a(term, df, max_tf, min_length)
 ),
 updated AS (
     UPDATE bm25_terms AS t
