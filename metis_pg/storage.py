@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -298,7 +297,8 @@ def drop_base(conn: psycopg.Connection, name: str) -> None:
         base = get_base(conn, name)
         lock_base(conn, base.base_id)
         conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
-        conn.execute("DELETE FROM postings WHERE base_id = %s", (base.base_id,))
+        conn.execute("DELETE FROM posting_blocks WHERE base_id = %s", (base.base_id,))
+        conn.execute("DELETE FROM block_lengths WHERE base_id = %s", (base.base_id,))
         conn.execute("DELETE FROM bases WHERE base_id = %s", (base.base_id,))
 
 
@@ -380,7 +380,7 @@ def _delete_document_rows(conn: psycopg.Connection, base_id: int, document_id: i
         "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE document_id = %s", (document_id,)
     ).fetchone()
     conn.execute(sqlfiles.load("storage/bm25_remove_document"), {"base_id": base_id, "document_id": document_id})
-    conn.execute("DELETE FROM postings WHERE document_id = %s", (document_id,))
+    conn.execute(sqlfiles.load("storage/block_lengths_remove_document"), {"base_id": base_id, "document_id": document_id})
     conn.execute("DELETE FROM documents WHERE document_id = %s", (document_id,))  # chunks, vectors cascade
     conn.execute(
         sqlfiles.load("storage/bm25_totals_add"),
@@ -483,9 +483,7 @@ def write_documents(
             d.document_id if d.document_id is not None else new_id
             for d, new_id in zip(documents, _next_ids(conn, "documents_document_id_seq", len(documents)))
         ]
-        chunk_ids = iter(_next_ids(conn, "chunks_chunk_id_seq", sum(len(d.chunks) for d in documents)))
-        document_frequency: Counter[str] = Counter()
-        term_total = chunk_total = 0
+        placed = _block_chunk_ids(conn, [len(d.chunks) for d in documents])
         with conn.cursor() as cur:
             with cur.copy(
                 "COPY documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes)"
@@ -495,7 +493,6 @@ def write_documents(
                     m = d.meta
                     copy.write_row((document_id, base_id, source_id, m.path, m.title, m.kind,
                                     m.content_hash, m.size_bytes))
-            placed = [[next(chunk_ids) for _ in d.chunks] for d in documents]
             with cur.copy(
                 "COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
                 " char_start, char_end, term_count, line_end, line_map) FROM STDIN"
@@ -507,36 +504,119 @@ def write_documents(
                             list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end,
                             len(terms), chunk.line_end, list(chunk.line_map) or None,
                         ))
-            rows = []
-            for document_id, ids, terms_of in zip(document_ids, placed, chunk_terms):
-                for chunk_id, terms in zip(ids, terms_of):
-                    length = len(terms)
-                    counts = Counter(terms)
-                    document_frequency.update(counts.keys())
-                    term_total += length
-                    chunk_total += 1
-                    rows.extend((base_id, term, chunk_id, document_id, tf, length) for term, tf in counts.items())
-            # In index order: the primary key's leaf pages are then filled one after the other
-            # (30% faster than chunk order); binary COPY is formatted by psycopg in C.
-            rows.sort(key=itemgetter(1, 2))
-            with cur.copy("COPY postings (base_id, term, chunk_id, document_id, tf, chunk_terms)"
-                          " FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int4", "text", "int8", "int8", "int4", "int4"])
-                for row in rows:
-                    copy.write_row(row)
+            _write_postings(conn, cur, base_id, [
+                (chunk_id, terms)
+                for ids, terms_of in zip(placed, chunk_terms) for chunk_id, terms in zip(ids, terms_of)
+            ])
             _copy_vectors(cur, base_id, model, [
                 (chunk_id, document_id, v)
                 for d, document_id, ids in zip(documents, document_ids, placed) if d.vectors is not None
                 for chunk_id, v in zip(ids, d.vectors) if v is not None
             ])
-        if document_frequency:
-            terms_sorted = sorted(document_frequency)  # rows locked in term order: no deadlock between writers
-            conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
-                "base_id": base_id, "terms": terms_sorted, "dfs": [document_frequency[t] for t in terms_sorted],
-            })
-        conn.execute(sqlfiles.load("storage/bm25_totals_add"),
-                     {"base_id": base_id, "chunks": chunk_total, "terms": term_total})
     return document_ids
+
+
+#: Chunk ids per posting block: chunk_id = block_no * BLOCK_CHUNKS + offset (migration 0011).
+BLOCK_CHUNKS = 256
+
+
+def tier(tf: int) -> int:
+    """Return the tier of a posting of term frequency `tf` >= 1: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8+.
+
+    Posting blocks are split by tier (migration 0011) so that the keyword leg reads the high tiers
+    of common terms, where their best chunks are, and bounds the rest without reading it.
+    """
+    return min(3, tf.bit_length() - 1)
+
+
+def _block_chunk_ids(conn: psycopg.Connection, chunk_counts: Sequence[int]) -> list[list[int]]:
+    """Return new chunk ids for documents of ``chunk_counts`` chunks, filling whole blocks of their own.
+
+    The batch draws ``ceil(sum / BLOCK_CHUNKS)`` block numbers from sequence ``chunk_blocks`` and
+    numbers its chunks through them in order, so no other batch ever writes into its blocks
+    (posting rows are only inserted, never merged) and a document's ids are contiguous within a block.
+    """
+    total = sum(chunk_counts)
+    blocks = _next_ids(conn, "chunk_blocks", -(-total // BLOCK_CHUNKS))
+    ids = (block * BLOCK_CHUNKS + offset for block in blocks for offset in range(BLOCK_CHUNKS))
+    return [[next(ids) for _ in range(n)] for n in chunk_counts]
+
+
+def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
+                    chunks: Sequence[tuple[int, Sequence[str]]]) -> None:
+    """Write the posting blocks, block lengths and BM25 statistics of new chunks ``(chunk_id, terms)``.
+
+    The chunks' ids come from :func:`_block_chunk_ids`: their blocks are new, so every row is an
+    INSERT. A term frequency above 32,767 (a smallint) is stored as 32,767: a chunk would need
+    ~65,000 characters of one word, ~50 times the chunk size.
+    """
+    if not chunks:
+        return
+    # (term, tier, block) -> [first_offset, max_tf, min_length, offsets or None, tfs or None]: most
+    # rows hold one posting and never get lists. Plain loops: this runs for every posting written.
+    rows: dict[tuple[str, int, int], list] = {}
+    document_frequency: Counter[str] = Counter()
+    lengths: dict[int, dict[int, int]] = {}
+    term_total = 0
+    for chunk_id, terms in chunks:
+        block, offset = divmod(chunk_id, BLOCK_CHUNKS)
+        length = len(terms)
+        term_total += length
+        lengths.setdefault(block, {})[offset] = length
+        counts = Counter(terms)
+        document_frequency.update(counts.keys())
+        for term, tf in counts.items():
+            if tf > 32767:
+                tf = 32767
+            key = (term, 0 if tf == 1 else 1 if tf < 4 else 2 if tf < 8 else 3, block)  # tier(tf)
+            row = rows.get(key)
+            if row is None:
+                rows[key] = [offset, tf, length, None, None]
+            else:
+                if row[3] is None:
+                    row[3], row[4] = [row[0]], [row[1]]
+                row[3].append(offset)
+                row[4].append(tf)
+                if tf > row[1]:
+                    row[1] = tf
+                if length < row[2]:
+                    row[2] = length
+    if rows:
+        max_tf: dict[str, int] = {}
+        min_length: dict[str, int] = {}
+        for (term, _tier, _block), row in rows.items():
+            if row[1] > max_tf.get(term, 0):
+                max_tf[term] = row[1]
+            if row[2] < min_length.get(term, 1 << 30):
+                min_length[term] = row[2]
+        terms = list(document_frequency)
+        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
+            "base_id": base_id, "terms": "\n".join(terms),
+            "dfs": _int_array([document_frequency[t] for t in terms]),
+            "max_tfs": _int_array([max_tf[t] for t in terms]),
+            "min_lengths": _int_array([min_length[t] for t in terms]),
+        }).fetchall())
+        # In primary-key order (term, block, tier): each term's new rows land next to each other in
+        # the index. COPY in text, formatted here: psycopg formats lists in Python, row by row.
+        ordered = sorted((term_ids[term], block, tier_, row) for (term, tier_, block), row in rows.items())
+        lines = []
+        for term_id, block, tier_, (first, top_tf, shortest, offsets, tfs) in ordered:
+            arrays = "\\N\t\\N" if offsets is None else f"{_int_array(offsets)}\t{_int_array(tfs)}"
+            lines.append(f"{base_id}\t{term_id}\t{tier_}\t{block}\t{top_tf}\t{shortest}\t{first}\t{arrays}\n")
+        with cur.copy("COPY posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset,"
+                      " offsets, tfs) FROM STDIN") as copy:
+            copy.write("".join(lines))
+    with cur.copy("COPY block_lengths (base_id, block_no, lengths) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(["int4", "int4", "int4[]"])
+        for block, by_offset in lengths.items():
+            copy.write_row((base_id, block, [by_offset.get(o, 0) for o in range(max(by_offset) + 1)]))
+    conn.execute(sqlfiles.load("storage/bm25_totals_add"),
+                 {"base_id": base_id, "chunks": len(chunks), "terms": term_total})
+
+
+def _int_array(values: Sequence[int]) -> str:
+    """Return the text literal of an int[] (``'{1,2}'``): one join, where psycopg formats lists in Python."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _next_ids(conn: psycopg.Connection, sequence: str, n: int) -> list[int]:

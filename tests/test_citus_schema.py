@@ -153,6 +153,6 @@ def test_metis_runs_on_the_base_id_keys(keyed, hash_url, tmp_path):
     assert left == []
     with psycopg.connect(keyed) as conn:
         counts = conn.execute("SELECT (SELECT count(*) FROM documents) + (SELECT count(*) FROM chunks)"
-                              " + (SELECT count(*) FROM embeddings) + (SELECT count(*) FROM postings)"
+                              " + (SELECT count(*) FROM embeddings) + (SELECT count(*) FROM posting_blocks)"
                               " + (SELECT count(*) FROM facts)").fetchone()[0]
     assert counts == 0  # the drops cascaded through the composite keys

@@ -94,9 +94,26 @@ def test_the_spec_codes_of_f14():
 
 # sql/citus/ holds scripts of several statements for a Citus deployment (run by docker/compose.citus.yaml,
 # keys.sql also by tests/test_citus_schema.py), not statements the product binds: not EXPLAINed here.
+# Files that define a function (CREATE OR REPLACE FUNCTION) are run by a migration, not bound:
+# test_function_files_are_what_the_database_runs checks them instead.
+FUNCTION_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
+                        for p in sqlfiles.sql_root().rglob("*.sql")
+                        if p.read_text(encoding="utf-8").lstrip("-").find("CREATE OR REPLACE FUNCTION") >= 0)
 SQL_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
-                   for p in sqlfiles.sql_root().rglob("*.sql") if p.parent.name != "citus")
+                   for p in sqlfiles.sql_root().rglob("*.sql") if p.parent.name != "citus"
+                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in FUNCTION_FILES)
 _PARAM = re.compile(r"%\((\w+)\)[sbt]")  # psycopg placeholders: auto, binary, text format
+
+
+def test_function_files_are_what_the_database_runs(metis):
+    assert "search/bm25_top_k.v1" in FUNCTION_FILES
+    with metis.pool.connection() as conn:
+        for name in FUNCTION_FILES:
+            text = sqlfiles.load(name)
+            function = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", text)[1]
+            body = text.split("$function$")[1]
+            stored = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,)).fetchall()
+            assert stored == [(body,)], f"{name}: the database's {function} is not the file's (a new version needs a migration)"
 
 
 def test_sql_files_exist():
@@ -164,7 +181,7 @@ def test_migrations_go_up_down_to_nothing_and_up_again_to_head(fresh_database):
     migrate.upgrade(fresh_database)
     assert migrate.is_at_head(fresh_database)
     first = schema_of(fresh_database)
-    assert {"bases", "chunks", "embeddings", "postings"} <= {c[1] for c in first["columns"]}
+    assert {"bases", "chunks", "embeddings", "posting_blocks", "block_lengths"} <= {c[1] for c in first["columns"]}
 
     migrate.downgrade(fresh_database, "base")
     assert migrate.current_revision(fresh_database) is None

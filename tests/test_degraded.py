@@ -55,7 +55,7 @@ def vectors_per_chunk(metis: metis_pg.Metis, base: str) -> dict[int, int]:
 def chunks_with_postings(metis: metis_pg.Metis, base: str) -> int:
     with metis.pool.connection() as conn:
         return conn.execute(
-            "SELECT count(DISTINCT p.chunk_id) FROM postings AS p JOIN bases AS b USING (base_id) WHERE b.name = %s",
+            "SELECT count(DISTINCT p.chunk_id) FROM metis.postings AS p WHERE p.base = %s",
             (base,),
         ).fetchone()[0]
 

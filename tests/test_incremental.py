@@ -56,14 +56,30 @@ def bm25_state(metis: metis_pg.Metis, base: str) -> dict:
         recount = one("SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE base_id = %s")
         df = dict(conn.execute("SELECT term, df FROM bm25_terms WHERE base_id = %s", (base_id,)).fetchall())
         df_recount = dict(conn.execute(
-            "SELECT term, count(*) FROM postings WHERE base_id = %s GROUP BY term", (base_id,)
+            "SELECT term, count(*) FROM metis.postings WHERE base_id = %s GROUP BY term", (base_id,)
         ).fetchall())
-        orphans = one("SELECT count(*) FROM postings p WHERE p.base_id = %s"
+        orphans = one("SELECT count(*) FROM metis.postings p WHERE p.base_id = %s"
                       " AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = p.chunk_id)")[0]
+        # Each block's bounds are those of the postings it holds, and its lengths those of its chunks.
+        stale_bounds = one(
+            "SELECT count(*) FROM (SELECT pb.term_id, pb.tier, pb.block_no, pb.max_tf, pb.min_length,"
+            "  max(p.tf) AS tf, min(bl.lengths[p.o + 1]) AS length,"
+            "  bool_and(least(3, floor(log(2, p.tf::numeric))) = pb.tier) AS in_tier FROM posting_blocks pb"
+            "  JOIN block_lengths bl USING (base_id, block_no)"
+            "  CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),"
+            "                            coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)"
+            "  WHERE pb.base_id = %s GROUP BY 1, 2, 3, 4, 5) AS x"
+            " WHERE x.max_tf <> x.tf OR x.min_length <> x.length OR NOT x.in_tier")[0]
+        stale_lengths = conn.execute(
+            "SELECT count(*) FROM (SELECT bl.block_no::bigint * 256 + u.o - 1 AS chunk_id, u.length"
+            "  FROM block_lengths bl CROSS JOIN LATERAL unnest(bl.lengths) WITH ORDINALITY AS u(length, o)"
+            "  WHERE bl.base_id = %(b)s AND u.length > 0) AS l"
+            " FULL JOIN (SELECT chunk_id, term_count FROM chunks WHERE base_id = %(b)s) AS c USING (chunk_id)"
+            " WHERE l.length IS DISTINCT FROM c.term_count", {"b": base_id}).fetchone()[0]
         state = {
             "documents": one("SELECT count(*) FROM documents WHERE base_id = %s")[0],
             "chunks": recount[0],
-            "postings": one("SELECT count(*) FROM postings WHERE base_id = %s")[0],
+            "postings": one("SELECT count(*) FROM metis.postings WHERE base_id = %s")[0],
             "embeddings": one("SELECT count(*) FROM embeddings WHERE base_id = %s")[0],
             "totals": tuple(totals),
             "df": df,
@@ -71,6 +87,7 @@ def bm25_state(metis: metis_pg.Metis, base: str) -> dict:
     assert tuple(totals) == tuple(recount)
     assert df == df_recount
     assert orphans == 0
+    assert (stale_bounds, stale_lengths) == (0, 0)
     return state
 
 

@@ -7,6 +7,7 @@ thread); ``httpx.MockTransport`` is used only for pure wire-format checks.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -547,6 +548,13 @@ def test_a_server_that_is_not_http_is_not_quoted_either():
             with connection:
                 connection.recv(65536)
                 connection.sendall(b"-ERR " + SECRET + b"\r\n")
+                # Close only after the client has: closing with part of its request unread would
+                # reset the connection (a ReadError, not the garbage answer this test is about).
+                connection.shutdown(socket.SHUT_WR)
+                connection.settimeout(5)
+                with contextlib.suppress(OSError):
+                    while connection.recv(65536):
+                        pass
 
         thread = threading.Thread(target=answer_garbage, daemon=True)
         thread.start()

@@ -173,7 +173,7 @@ def test_equal_keyword_scores_rank_by_chunk_id_whatever_the_plan(metis, items_ba
     assert len({score for score, _ in before}) == 4  # four groups of equal scores
     assert before == sorted(before, key=lambda sc: (-sc[0], sc[1]))
     with metis.pool.connection() as conn:
-        conn.execute("ANALYZE postings, bm25_terms, bm25_totals, documents, sources")
+        conn.execute("ANALYZE posting_blocks, block_lengths, bm25_terms, bm25_totals, documents, sources")
     assert keyword_order() == before
 
 

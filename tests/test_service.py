@@ -59,7 +59,7 @@ INJECTIONS = [
     "../../etc/passwd",
 ]
 
-TABLES = ("bases", "sources", "documents", "chunks", "embeddings", "postings", "bm25_terms", "bm25_totals", "facts")
+TABLES = ("bases", "sources", "documents", "chunks", "embeddings", "posting_blocks", "block_lengths", "bm25_terms", "bm25_totals", "facts")
 
 
 @pytest.fixture(scope="module")

@@ -425,7 +425,8 @@ def test_a_base_tokenized_by_an_older_version_warns_until_index_re_tokenizes_it(
         # A base written before the tokenizer had a version: its spec has no tokenizer_version.
         with metis.pool.connection() as conn:
             conn.execute("UPDATE bases SET spec = spec - 'tokenizer_version' WHERE name = %s", (base_name,))
-            conn.execute("DELETE FROM postings WHERE term = 'wont'")  # what version 1 wrote: no joined term
+            conn.execute("DELETE FROM posting_blocks WHERE term_id IN (SELECT term_id FROM bm25_terms WHERE term = 'wont')")
+            conn.execute("DELETE FROM bm25_terms WHERE term = 'wont'")  # what version 1 wrote: no joined term
         stale = metis.search(base_name, "won't fix", mode="keyword")
         assert "TOKENIZER_CHANGED" in _warning_codes(stale)
         assert "TOKENIZER_CHANGED" not in _warning_codes(metis.search(base_name, "won't fix", mode="dense"))

@@ -4,11 +4,12 @@
 --   bases, sources
 -- Distributed by base_id, all co-located with documents (one base's rows of every table in
 -- shards of the same number, on the same worker):
---   documents, chunks, embeddings, postings, bm25_terms, bm25_totals, facts, search_counts
+--   documents, chunks, embeddings, posting_blocks, block_lengths, bm25_terms, bm25_totals, facts,
+--   search_counts
 -- Local to the coordinator: alembic_version (the migrations' bookkeeping).
 --
--- A table a later migration adds (e.g. the block postings table of revision 0009) stays a
--- local table on the coordinator until it is listed here.
+-- A table a later migration adds stays a local table on the coordinator until it is listed here
+-- (the posting blocks of migration 0011 are).
 --
 -- Run with psql -v ON_ERROR_STOP=1 on the coordinator; each call runs in its own transaction
 -- (\gexec). Idempotent: a table distributed already is skipped.
@@ -22,8 +23,8 @@ ORDER BY n
 
 SELECT format('SELECT create_distributed_table(%L, %L%s)', t, 'base_id',
               CASE WHEN t = 'documents' THEN '' ELSE ', colocate_with => ''documents''' END)
-FROM unnest(ARRAY['documents', 'chunks', 'embeddings', 'postings', 'bm25_terms', 'bm25_totals', 'facts',
-                  'search_counts']) WITH ORDINALITY AS x (t, n)
+FROM unnest(ARRAY['documents', 'chunks', 'embeddings', 'posting_blocks', 'block_lengths', 'bm25_terms',
+                  'bm25_totals', 'facts', 'search_counts']) WITH ORDINALITY AS x (t, n)
 WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = t::regclass)
 ORDER BY n
 \gexec

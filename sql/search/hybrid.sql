@@ -29,7 +29,8 @@
 --   keyword = BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
 --             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
 --             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
---             Exact top leg_limit, found with MaxScore pruning of common terms (see query_idf).
+--             Exact top leg_limit over posting blocks, with MaxScore and block-max pruning
+--             (see "The keyword leg" below).
 --   fused   = sum over the legs that found the chunk of weight / (rrf_k + rank), ranks from 1
 --             (Cormack, Clarke & Buettcher, SIGIR 2009).
 --
@@ -75,101 +76,19 @@ dense AS MATERIALIZED (
         LIMIT %(leg_limit)s
     ) AS nearest
 ),
--- idf once per query term, in float8, from the few bm25_terms rows the question names.
--- max_score = idf * (k1 + 1) bounds what one term can add to a chunk (tf / (tf + K) < 1 for
--- k1 >= 0 and 0 <= b <= 1, which BaseSpec enforces).
--- A term is common when it is in more than a tenth of its base's chunks, unless it is the
--- base's rarest query term (so every base searched keeps one rare term).
-query_idf AS MATERIALIZED (
-    SELECT per_term.*,
-           per_term.idf * (%(k1)s::float8 + 1) AS max_score,
-           per_term.df::bigint * 10 > per_term.chunk_count
-             AND row_number() OVER (PARTITION BY per_term.base_id ORDER BY per_term.df, per_term.term) > 1 AS common
-    FROM (
-        SELECT bt.base_id, bt.term, bt.df, tot.chunk_count,
-               -- The term's weight (%(term_weights)s) scales its idf, so its whole contribution.
-               ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
-               greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
-        FROM bm25_terms AS bt
-        JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
-        LEFT JOIN unnest(%(terms)s::text[], %(term_weights)s::float8[]) AS qt(term, weight)
-          ON qt.term = bt.term
-        WHERE bt.base_id = ANY(%(base_ids)s::int[])
-          AND bt.term = ANY(%(terms)s::text[])
-    ) AS per_term
-),
--- The keyword leg is exact top-k BM25 with MaxScore pruning (Turtle & Flood 1995): a chunk
--- holding only common terms scores at most common_bound, so when the leg_limit-th score found
--- among chunks holding a rare term is above it, no chunk was missed. Otherwise (say, every
--- term of the question is common) the exhaustive leg below runs instead.
-common_bound AS MATERIALIZED (
-    SELECT coalesce(max(per_base.bound), 0) AS bound
-    FROM (SELECT sum(max_score) AS bound FROM query_idf WHERE common GROUP BY base_id) AS per_base
-),
--- Pass 1: every chunk holding a rare term, scored on its rare terms.
-rare_scores AS MATERIALIZED (
-    SELECT p.base_id, p.chunk_id, max(p.chunk_terms) AS chunk_terms,
-           sum(
-               q.idf * p.tf * (%(k1)s::float8 + 1)
-               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms / q.avg_terms))
-           ) AS partial
-    FROM postings AS p
-    JOIN query_idf AS q ON q.base_id = p.base_id AND q.term = p.term AND NOT q.common
-    WHERE p.base_id = ANY(%(base_ids)s::int[])
-      -- The rare terms as an array, so the postings index scan reads only theirs.
-      AND p.term = ANY(ARRAY(SELECT term FROM query_idf WHERE NOT common))
-      AND (%(unfiltered)s::boolean OR p.document_id IN (SELECT document_id FROM allowed_documents))
-    GROUP BY p.base_id, p.chunk_id
-),
--- Pass 2: the candidates that can still reach the leg_limit-th partial score get their
--- common terms' contributions, looked up by (base_id, term, chunk_id).
-pruned AS MATERIALIZED (
-    SELECT r.chunk_id,
-           -- Rounded to 12 decimals: the order in which the terms are added depends on the plan,
-           -- and equal scores must tie exactly so that chunk_id breaks the tie.
-           round((r.partial + coalesce(sum(
-               q.idf * p.tf * (%(k1)s::float8 + 1)
-               / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * r.chunk_terms / q.avg_terms))
-           ), 0))::numeric, 12)::float8 AS score
-    FROM rare_scores AS r
-    LEFT JOIN query_idf AS q ON q.base_id = r.base_id AND q.common
-    LEFT JOIN postings AS p ON p.base_id = r.base_id AND p.term = q.term AND p.chunk_id = r.chunk_id
-    WHERE r.partial + (SELECT bound FROM common_bound) >= coalesce(
-        (SELECT partial FROM rare_scores ORDER BY partial DESC OFFSET (%(leg_limit)s - 1) LIMIT 1), 0) - 1e-9
-    GROUP BY r.chunk_id, r.partial
-    ORDER BY score DESC, r.chunk_id
-    LIMIT %(leg_limit)s
-),
-pruning_proven AS MATERIALIZED (
-    SELECT (SELECT bound FROM common_bound) = 0
-           OR (count(*) >= %(leg_limit)s AND min(score) > (SELECT bound FROM common_bound) + 1e-9) AS proven
-    FROM pruned
-),
+-- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
+-- (sql/search/bm25_top_k.v1.sql: MaxScore and block-max pruning, planned once per session).
 keyword AS MATERIALIZED (
-    SELECT best.chunk_id,
-           best.score,
-           row_number() OVER (ORDER BY best.score DESC, best.chunk_id) AS rank,
+    SELECT k.chunk_id,
+           k.score,
+           row_number() OVER (ORDER BY k.score DESC, k.chunk_id) AS rank,
            clock_timestamp() AS done_at
-    FROM (
-        SELECT chunk_id, score FROM pruned WHERE (SELECT proven FROM pruning_proven)
-        UNION ALL
-        -- The exhaustive leg: every chunk holding any term, scored on all of them. Behind a
-        -- one-time filter, it is never executed when pruning proved its answer.
-        (SELECT p.chunk_id,
-                round(sum(
-                    q.idf * p.tf * (%(k1)s::float8 + 1)
-                    / (p.tf + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * p.chunk_terms / q.avg_terms))
-                )::numeric, 12)::float8 AS score
-         FROM postings AS p
-         JOIN query_idf AS q ON q.base_id = p.base_id AND q.term = p.term
-         WHERE NOT (SELECT proven FROM pruning_proven)
-           AND p.base_id = ANY(%(base_ids)s::int[])
-           AND p.term = ANY(%(terms)s::text[])
-           AND (%(unfiltered)s::boolean OR p.document_id IN (SELECT document_id FROM allowed_documents))
-         GROUP BY p.chunk_id
-         ORDER BY score DESC, p.chunk_id
-         LIMIT %(leg_limit)s)
-    ) AS best
+    FROM bm25_top_k(
+        %(base_ids)s::int[], %(terms)s::text[], %(term_weights)s::float8[], %(k1)s::float8, %(b)s::float8,
+        %(leg_limit)s::int,
+        CASE WHEN %(unfiltered)s::boolean THEN NULL
+             ELSE coalesce((SELECT array_agg(document_id) FROM allowed_documents), '{}'::bigint[]) END
+    ) AS k
 ),
 fused AS (
     SELECT coalesce(d.chunk_id, k.chunk_id) AS chunk_id,

@@ -1,23 +1,61 @@
--- Remove one document's postings from its base's BM25 statistics (SPEC F3, F6).
--- Run before its postings are deleted, in the same transaction; terms whose
--- document frequency drops to 0 are deleted.
+-- Remove one document's postings from its base's posting blocks and BM25 statistics (SPEC F3, F6).
+-- Run before its chunks are deleted (they say which block offsets go), in the same transaction,
+-- before storage/block_lengths_remove_document.sql (the remaining chunks' lengths come from there).
 -- Parameters: %(base_id)s int, %(document_id)s bigint.
 --
--- The DELETE (terms left with no posting) and the UPDATE (the others) touch
--- disjoint rows: one statement cannot modify a row twice (an UPDATE in a CTE
--- followed by a DELETE of the same rows silently keeps them at df = 0).
-WITH gone AS (
-    SELECT p.term, count(*) AS n
-    FROM postings AS p
-    WHERE p.document_id = %(document_id)s
-    GROUP BY p.term
+-- Every row of the document's blocks that holds one of its chunks is rewritten without them (or
+-- deleted when nothing remains), with its max_tf and min_length recomputed: a removed chunk
+-- leaves no ghost posting and no stale bound. Terms whose document frequency drops to 0 are deleted;
+-- bm25_terms.max_tf and min_length stay as they were (still bounds, if looser).
+-- Each statement below touches disjoint rows: one statement cannot modify a row twice.
+WITH gone AS MATERIALIZED (
+    SELECT (c.chunk_id / 256)::int AS block_no, array_agg(mod(c.chunk_id, 256)::smallint) AS offsets
+    FROM chunks AS c
+    WHERE c.document_id = %(document_id)s::bigint
+    GROUP BY c.chunk_id / 256
 ),
-emptied AS (
+rewritten AS MATERIALIZED (
+    SELECT pb.term_id, pb.tier, pb.block_no, kept.*
+    FROM gone AS g
+    JOIN posting_blocks AS pb ON pb.base_id = %(base_id)s::int AND pb.block_no = g.block_no
+    JOIN block_lengths AS bl ON bl.base_id = %(base_id)s::int AND bl.block_no = g.block_no
+    CROSS JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE p.o = ANY(g.offsets)) AS removed,
+               count(*) FILTER (WHERE p.o <> ALL(g.offsets)) AS remaining,
+               array_agg(p.o ORDER BY p.o) FILTER (WHERE p.o <> ALL(g.offsets)) AS offsets,
+               array_agg(p.tf ORDER BY p.o) FILTER (WHERE p.o <> ALL(g.offsets)) AS tfs,
+               max(p.tf) FILTER (WHERE p.o <> ALL(g.offsets)) AS max_tf,
+               min(bl.lengths[p.o + 1]) FILTER (WHERE p.o <> ALL(g.offsets)) AS min_length,
+               min(p.o) FILTER (WHERE p.o <> ALL(g.offsets)) AS first_offset
+        FROM unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]), coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
+    ) AS kept
+    -- Only rows holding one of the chunks are unpacked (&&: the arrays overlap).
+    WHERE (CASE WHEN pb.offsets IS NULL THEN pb.first_offset = ANY(g.offsets) ELSE pb.offsets && g.offsets END)
+),
+emptied_blocks AS (
+    DELETE FROM posting_blocks AS pb
+    USING rewritten AS r
+    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
+      AND r.remaining = 0
+),
+shrunk_blocks AS (
+    UPDATE posting_blocks AS pb
+    SET max_tf = r.max_tf, min_length = r.min_length, first_offset = r.first_offset,
+        offsets = CASE WHEN r.remaining > 1 THEN r.offsets END,
+        tfs = CASE WHEN r.remaining > 1 THEN r.tfs END
+    FROM rewritten AS r
+    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
+      AND r.remaining > 0
+),
+gone_terms AS MATERIALIZED (
+    SELECT term_id, sum(removed) AS n FROM rewritten GROUP BY term_id
+),
+emptied_terms AS (
     DELETE FROM bm25_terms AS t
-    USING gone
-    WHERE t.base_id = %(base_id)s AND t.term = gone.term AND t.df - gone.n <= 0
+    USING gone_terms AS g
+    WHERE t.base_id = %(base_id)s::int AND t.term_id = g.term_id AND t.df - g.n <= 0
 )
 UPDATE bm25_terms AS t
-SET df = t.df - gone.n
-FROM gone
-WHERE t.base_id = %(base_id)s AND t.term = gone.term AND t.df - gone.n > 0
+SET df = t.df - g.n
+FROM gone_terms AS g
+WHERE t.base_id = %(base_id)s::int AND t.term_id = g.term_id AND t.df - g.n > 0
