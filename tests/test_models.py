@@ -251,7 +251,9 @@ def test_a_script_without_a_main_guard_embeds_passages_in_workers_once(tmp_path)
 def test_ctrl_c_while_workers_embed_interrupts_the_caller_once_and_stops_the_workers(tmp_path):
     script = tmp_path / "interrupted.py"
     script.write_text(
-        "import os, sys\n"
+        "import faulthandler, os, sys\n"
+        # A hang (once in CI, 2026-12-01: not reproduced since) then says where, instead of a timeout.
+        "faulthandler.dump_traceback_later(45, exit=True)\n"
         "from metis_pg.models import LocalE5Embedder\n"
         "from metis_pg.models import embed\n"
         "e = LocalE5Embedder(processes=2)\n"
