@@ -251,8 +251,11 @@ def test_a_script_without_a_main_guard_embeds_passages_in_workers_once(tmp_path)
 def test_ctrl_c_while_workers_embed_interrupts_the_caller_once_and_stops_the_workers(tmp_path):
     script = tmp_path / "interrupted.py"
     script.write_text(
-        "import faulthandler, os, sys\n"
-        # A hang (once in CI, 2026-12-01: not reproduced since) then says where, instead of a timeout.
+        "import faulthandler, os, signal, sys\n"
+        # Ctrl-C as a terminal gives it, whatever the test process inherited (a SIGINT ignored or
+        # blocked there is inherited by this script: it then ran its whole batch, and the test timed out).
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
         "faulthandler.dump_traceback_later(45, exit=True)\n"
         "from metis_pg.models import LocalE5Embedder\n"
         "from metis_pg.models import embed\n"
