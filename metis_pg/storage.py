@@ -380,7 +380,6 @@ def _delete_document_rows(conn: psycopg.Connection, base_id: int, document_id: i
         "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE document_id = %s", (document_id,)
     ).fetchone()
     conn.execute(sqlfiles.load("storage/bm25_remove_document"), {"base_id": base_id, "document_id": document_id})
-    conn.execute(sqlfiles.load("storage/block_lengths_remove_document"), {"base_id": base_id, "document_id": document_id})
     conn.execute("DELETE FROM documents WHERE document_id = %s", (document_id,))  # chunks, vectors cascade
     conn.execute(
         sqlfiles.load("storage/bm25_totals_add"),
@@ -520,15 +519,6 @@ def write_documents(
 BLOCK_CHUNKS = 256
 
 
-def tier(tf: int) -> int:
-    """Return the tier of a posting of term frequency `tf` >= 1: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8+.
-
-    Posting blocks are split by tier (migration 0011) so that the keyword leg reads the high tiers
-    of common terms, where their best chunks are, and bounds the rest without reading it.
-    """
-    return min(3, tf.bit_length() - 1)
-
-
 def _block_chunk_ids(conn: psycopg.Connection, chunk_counts: Sequence[int]) -> list[list[int]]:
     """Return new chunk ids for documents of ``chunk_counts`` chunks, filling whole blocks of their own.
 
@@ -568,7 +558,9 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
         for term, tf in counts.items():
             if tf > 32767:
                 tf = 32767
-            key = (term, 0 if tf == 1 else 1 if tf < 4 else 2 if tf < 8 else 3, block)  # tier(tf)
+            # The posting's tier: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8+ (migration 0011: the
+            # keyword leg reads the high tiers of common terms and bounds the rest unread).
+            key = (term, 0 if tf == 1 else 1 if tf < 4 else 2 if tf < 8 else 3, block)
             row = rows.get(key)
             if row is None:
                 rows[key] = [offset, tf, length, None, None]

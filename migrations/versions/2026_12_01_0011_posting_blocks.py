@@ -51,7 +51,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 BLOCK = 256  # chunk ids per block: metis_pg.storage.BLOCK_CHUNKS
-#: A posting's tier: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8 and more (metis_pg.storage.tier).
+#: A posting's tier: 0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8 and more (as metis_pg.storage._write_postings writes it).
 TIER_SQL = "least(3, floor(log(2, p.tf::numeric)))::smallint"
 
 #: Comments of the columns of view metis.postings (docs/sql-views.md says the same).
