@@ -1,13 +1,14 @@
--- Remove one document's postings from its base's posting blocks and BM25 statistics (SPEC F3, F6).
--- Run before its chunks are deleted (they say which block offsets go), in the same transaction,
--- before storage/block_lengths_remove_document.sql (the remaining chunks' lengths come from there).
--- Parameters: %(base_id)s int, %(document_id)s bigint.
+-- Remove one document's postings from its base's posting blocks, block lengths and BM25 statistics
+-- (SPEC F3, F6). Run before its chunks are deleted (they say which block offsets go), in the same
+-- transaction. Parameters: %(base_id)s int, %(document_id)s bigint.
 --
 -- Every row of the document's blocks that holds one of its chunks is rewritten without them (or
 -- deleted when nothing remains), with its max_tf and min_length recomputed: a removed chunk
 -- leaves no ghost posting and no stale bound. Terms whose document frequency drops to 0 are deleted;
--- bm25_terms.max_tf and min_length stay as they were (still bounds, if looser).
--- Each statement below touches disjoint rows: one statement cannot modify a row twice.
+-- bm25_terms.max_tf and min_length stay as they were (still bounds, if looser). The chunks'
+-- lengths in block_lengths become 0, and a block left with no chunk loses its row.
+-- Each statement below touches disjoint rows (one statement cannot modify a row twice), and all
+-- read the rows as they were before it: the remaining chunks' lengths are unchanged ones.
 WITH gone AS MATERIALIZED (
     SELECT (c.chunk_id / 256)::int AS block_no, array_agg(mod(c.chunk_id, 256)::smallint) AS offsets
     FROM chunks AS c
@@ -46,6 +47,24 @@ shrunk_blocks AS (
     FROM rewritten AS r
     WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
       AND r.remaining > 0
+),
+zeroed_lengths AS MATERIALIZED (
+    SELECT bl.block_no,
+           array(SELECT CASE WHEN u.o - 1 = ANY(g.offsets) THEN 0 ELSE u.length END
+                 FROM unnest(bl.lengths) WITH ORDINALITY AS u(length, o) ORDER BY u.o) AS lengths
+    FROM gone AS g
+    JOIN block_lengths AS bl ON bl.base_id = %(base_id)s::int AND bl.block_no = g.block_no
+),
+emptied_lengths AS (
+    DELETE FROM block_lengths AS bl
+    USING zeroed_lengths AS z
+    WHERE bl.base_id = %(base_id)s::int AND bl.block_no = z.block_no AND 0 = ALL(z.lengths)
+),
+zeroed_blocks AS (
+    UPDATE block_lengths AS bl
+    SET lengths = z.lengths
+    FROM zeroed_lengths AS z
+    WHERE bl.base_id = %(base_id)s::int AND bl.block_no = z.block_no AND NOT 0 = ALL(z.lengths)
 ),
 gone_terms AS MATERIALIZED (
     SELECT term_id, sum(removed) AS n FROM rewritten GROUP BY term_id
