@@ -82,9 +82,8 @@ def main() -> int:
                 for i, v in enumerate(vectors):
                     copy.write_row((i, kind(v)))
             conn.execute(f"VACUUM ANALYZE {table}")
-        figures["mb"] = {t: conn.execute("SELECT pg_total_relation_size(%s) / 1e6", (t,)).fetchone()[0]
+        figures["mb"] = {t: round(conn.execute("SELECT pg_total_relation_size(%s) / 1e6::float8", (t,)).fetchone()[0], 1)
                          for t in ("dense_scan_half", "dense_scan_full")}
-        figures["mb"] = {k: round(float(v), 1) for k, v in figures["mb"].items()}
         cases = {}
         for workers in (0, 2):
             conn.execute(f"SET max_parallel_workers_per_gather = {workers}")
@@ -96,10 +95,9 @@ def main() -> int:
                     cases[f"{table} top50 {name} workers={workers}"] = median_ms(
                         lambda t=table, o=op, q=q: conn.execute(
                             f"SELECT id FROM {t} ORDER BY embedding {o} %s LIMIT 50", (q,)).fetchall(), args.repeat)
-        matrix = vectors
 
         def numpy_top() -> None:
-            scores = matrix @ query
+            scores = vectors @ query
             np.argpartition(-scores, 50)[:50]
 
         cases["numpy float32 matrix @ query, top 50"] = median_ms(numpy_top, args.repeat)
