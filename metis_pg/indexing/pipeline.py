@@ -1,4 +1,4 @@
-"""The indexing pipeline: read → chunk → tokenize → store, then embed (SPEC F2-F4).
+"""The indexing pipeline: ensure base → read → chunk → tokenize → write words → embed vectors (SPEC F2-F4).
 
 Two phases (issue 14): phase 1 (words) reads, chunks, tokenizes and writes every
 new or changed document's chunks and postings for the whole run without calling
@@ -37,39 +37,94 @@ version too (it is in ``report.failed``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from . import storage
-from .chunking import Chunk, chunk_document, embedding_text
-from .config import BaseSpec, Settings
-from .errors import DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput, UnreadableDocument
-from .models.embed import Embedder
-from .readers import display_path, kind_of, read_document, time_budget, versioned_hash
-from .results import FailedDocument, IndexReport, ReembedReport
-from .tokenizer import TOKENIZER_VERSION
+from .. import db, storage
+from ..chunking import Chunk, chunk_document, chunk_terms, embedding_text
+from ..config import BaseSpec, Settings
+from ..documents import SourceInfo
+from ..errors import (
+    BaseNotFound,
+    DatabaseUnavailable,
+    EmbeddingModelUnavailable,
+    InvalidInput,
+    MetisError,
+    UnreadableDocument,
+)
+from ..models.embed import Embedder
+from ..readers import display_path, kind_of, read_document, time_budget, versioned_hash
+from ..readers.document import Document
+from ..results import FailedDocument, IndexReport
+from ..tokenizer import TOKENIZER_VERSION
+from . import sources, vectors
 
-__all__ = ["Progress", "EmbedProgress", "index_paths", "embed_missing", "walk_source", "reembed"]
+__all__ = ["Progress", "index", "index_paths", "reindex", "tokenize", "own_document", "embed_own"]
 
 log = logging.getLogger(__name__)
 
 #: Called after each document: (documents done, documents in all, chunks written so far).
 Progress = Callable[[int, int, int], None]
 
-#: Called after each batch of phase 2: (chunks embedded so far, chunks to embed in all).
-EmbedProgress = Callable[[int, int], None]
 
-#: Texts per embedding call at most.
-_EMBED_BATCH = 64
+def tokenize(chunks: Sequence[Chunk]) -> list[list[str]]:
+    """Return the BM25 terms of each chunk (:func:`metis_pg.chunking.chunk_terms`)."""
+    return [chunk_terms(c) for c in chunks]
+
+
+def index(
+    pool: db.Pool,
+    settings: Settings,
+    name: str,
+    paths: Sequence[str | os.PathLike],
+    *,
+    embedder_for: Callable[[BaseSpec], Embedder],
+    create_base: Callable[[str], object],
+    max_file_bytes: int | None = None,
+    **options,
+) -> IndexReport:
+    """Index files and folders into the base `name`, created by ``create_base(name)`` if missing.
+
+    Ensures the base, then runs :func:`index_paths` as its one indexer
+    (:func:`metis_pg.storage.indexer_session`). A refused run (a missing folder, a reserved
+    source name) that created the base leaves none behind. `max_file_bytes` overrides the
+    spec's for this run; `options` are those of :func:`index_paths`.
+
+    Raises:
+        InvalidInput, BaseBusy, DatabaseUnavailable: as :func:`index_paths` and the indexer lock.
+    """
+    created = False
+    try:
+        with pool.connection() as conn:
+            row = storage.get_base(conn, name)
+    except BaseNotFound:
+        create_base(name)
+        with pool.connection() as conn:
+            row = storage.get_base(conn, name)
+        created = True
+    try:
+        embedder = embedder_for(row.base_spec)
+        if max_file_bytes is not None:
+            row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
+        with storage.indexer_session(pool, row.base_id):
+            return index_paths(pool, settings, row, paths, embedder, **options)
+    except MetisError:
+        if created:
+            with contextlib.suppress(MetisError):  # the run's own error is the one to report
+                with pool.connection() as conn:
+                    rows = storage.list_bases(conn, name)
+                    if rows and not rows[0]["documents"]:
+                        storage.drop_base(conn, name)
+        raise
 
 
 @dataclass
@@ -89,213 +144,11 @@ class _Run:
     model_down: str | None = None
 
 
-def walk_source(
-    root: Path,
-    on_skip: Callable[[Path, str], None] | None = None,
-    on_unlisted: Callable[[Path, str], None] | None = None,
-) -> Iterator[Path]:
-    """Yield the files under `root` a base reads, sorted, never leaving `root`.
-
-    Hidden files and folders (``.git``) are skipped; symbolic links to folders
-    are not followed (no loops), links to files outside `root`, dangling links
-    and link loops are skipped, and so are links to a file of `root` that is
-    indexed under its own name (no document twice): each is logged and given to
-    `on_skip(path, reason)`.
-
-    The walk is iterative (a folder nested thousands of levels deep raises no
-    RecursionError). A folder that cannot be listed (no permission, I/O error,
-    name too long) is logged and given to `on_unlisted(folder, reason)`; the walk
-    goes on. A file whose type cannot be read is yielded: opening it gives the reason.
-    """
-    root = root.resolve()
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as listing:
-                entries = list(listing)
-        except OSError as exc:
-            reason = f"cannot be listed ({exc.strerror or exc})"
-            log.warning("folder %s %s", display_path(str(folder)), reason)
-            if on_unlisted is not None:
-                on_unlisted(folder, reason)
-            continue
-        folders: list[str] = []
-        files: list[os.DirEntry] = []
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            try:
-                is_folder = entry.is_dir()
-            except OSError:
-                is_folder = False
-            if is_folder:
-                try:
-                    link = entry.is_symlink()
-                except OSError:
-                    link = True
-                if not link:
-                    folders.append(entry.name)
-            elif kind_of(entry.name) is not None:
-                files.append(entry)
-        for entry in sorted(files, key=lambda e: e.name):
-            path = folder / entry.name
-            reason = _link_refusal(root, path, entry)
-            if reason is not None:
-                log.warning("skipped %s: %s", display_path(str(path)), reason)
-                if on_skip is not None:
-                    on_skip(path, reason)
-                continue
-            yield path
-        stack.extend(folder / name for name in sorted(folders, reverse=True))
-
-
-def _link_refusal(root: Path, path: Path, entry: os.DirEntry) -> str | None:
-    """Return why a symbolic link `path` is not followed, or None (not a link, or a link to a file in `root`)."""
-    try:
-        if not entry.is_symlink():
-            return None
-    except OSError:
-        return None  # opening the file says what is wrong with it
-    try:
-        target = path.resolve(strict=True)
-    except (OSError, RuntimeError):  # ELOOP (RuntimeError before Python 3.13), dangling
-        return "symbolic link loop or dangling link: not followed"
-    if not target.is_relative_to(root):
-        return f"symbolic link leaving {root}: not followed"
-    try:
-        if not target.is_file():
-            return "symbolic link to something other than a file: not followed"
-    except OSError as exc:
-        return f"symbolic link to something that cannot be read ({exc.strerror or exc}): not followed"
-    inside = target.relative_to(root)
-    if kind_of(target.name) is not None and not any(part.startswith(".") for part in inside.parts):
-        # Debian's docs link index.html -> python-policy.html: the target is indexed itself, and a
-        # second copy would put every passage twice in the results.
-        return f"symbolic link to {display_path(inside.as_posix())}, which is indexed under its own name"
-    return None
-
-
-def _hash_file(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
-
-
-def _embed(embedder: Embedder, texts: Sequence[str]):
-    out = []
-    for i in range(0, len(texts), _EMBED_BATCH):
-        out.extend(embedder.embed_passages(texts[i : i + _EMBED_BATCH]))
-    return out
-
-
-def _reused_vectors(chunks: Sequence[Chunk], reuse: dict) -> list:
-    """Return per chunk the vector of an unchanged chunk text (`reuse`: embedding text → vector), else None."""
-    return [reuse.get(embedding_text(c.title, c.headings, c.text)) for c in chunks]
-
-
-def embed_missing(
-    pool: ConnectionPool,
-    base: storage.BaseRow,
-    embedder: Embedder,
-    *,
-    batch: int | None = None,
-    on_progress: EmbedProgress | None = None,
-) -> int:
-    """Embed every chunk of `base` lacking a vector of its model; return how many.
-
-    Chunks are taken oldest first, `batch` at a time (None: the
-    ``METIS_EMBED_BATCH_CHUNKS`` setting, default 64); each batch's vectors are
-    written (one transaction) before the next is embedded, so an interruption
-    loses at most one batch. `on_progress(chunks embedded, chunks to embed)` is
-    called once before the first batch and after each one; "to embed" grows if
-    another writer adds chunks meanwhile.
-
-    Raises:
-        EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
-    """
-    spec = BaseSpec.from_json(base.spec)
-    batch = Settings.from_env().embed_batch_chunks if batch is None else batch
-    done = 0
-    with pool.connection() as conn:
-        todo = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
-    if on_progress and todo:
-        on_progress(0, todo)
-    while True:
-        with pool.connection() as conn:
-            rows = storage.chunks_without_vector(conn, base.base_id, spec.fingerprint, batch)
-        if not rows:
-            return done
-        vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows])
-        with pool.connection() as conn:
-            storage.write_vectors(
-                conn, base.base_id, spec.fingerprint, [(r[0], r[1], v) for r, v in zip(rows, vectors)]
-            )
-        done += len(rows)
-        if on_progress:
-            on_progress(done, max(todo, done))
-
-
-def _refuse_nested_sources(conn: psycopg.Connection, base: storage.BaseRow, planned: Sequence[tuple[str, Path]]
-                           ) -> None:
-    """Refuse a folder inside (or holding) the folder of another source of the base: its files
-    would be indexed twice, under two sources, and every passage would come up twice.
-
-    Raises:
-        InvalidInput: naming the source that already reads them and the command to run instead.
-    """
-    existing = storage.source_roots(conn, base.base_id)
-    for name, root in planned:
-        for other_name, other_root in existing:
-            other = Path(other_root)
-            if other_name == name or root == other:
-                continue  # the same source (its folder is checked by storage.ensure_source)
-            if root.is_relative_to(other):
-                raise InvalidInput(
-                    f"{display_path(str(root))} is inside {display_path(other_root)}, which source {other_name!r} of"
-                    f" base {base.name!r} already reads: index that folder again (metis index"
-                    f" {display_path(other_root)} --base {base.name}; unchanged files are skipped)")
-            if other.is_relative_to(root):
-                raise InvalidInput(
-                    f"{display_path(str(root))} holds {display_path(other_root)}, which source {other_name!r} of"
-                    f" base {base.name!r} already reads: its files would be indexed twice; index the other"
-                    f" folders one by one, or into another base")
-
-
-def _source_of(
-    path: Path,
-    source_name: str | None,
-    on_skip: Callable[[Path, str], None] | None = None,
-    on_unlisted: Callable[[Path, str], None] | None = None,
-) -> tuple[str, Path, list[Path], bool]:
-    """Return (source name, folder, files, whether absent files are deletions).
-
-    Raises:
-        InvalidInput: `path` does not exist, cannot be examined, or is a file of a kind not read.
-    """
-    path = path.expanduser()
-    shown = display_path(str(path))
-    try:
-        if not path.exists():
-            raise InvalidInput(f"no such file or folder: {shown}")
-        if path.is_dir():
-            root = path.resolve()
-            name = source_name or display_path(root.name) or "root"
-            return name, root, list(walk_source(root, on_skip, on_unlisted)), True
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {shown}: {exc.strerror or exc}") from exc
-    if kind_of(path.name) is None:
-        raise InvalidInput(f"{shown}: not a kind metis reads (md, txt, html, pdf, docx)")
-    root = path.resolve().parent
-    return source_name or display_path(root.name) or "root", root, [path.resolve()], False
 
 
 def index_paths(
-    pool: ConnectionPool,
+    pool: db.Pool,
+    settings: Settings,
     base: storage.BaseRow,
     paths: Sequence[str | os.PathLike],
     embedder: Embedder | None,
@@ -304,7 +157,7 @@ def index_paths(
     on_progress: Progress | None = None,
     batch_documents: int = 100,
     file_time_budget_s: float | None = None,
-    on_embed_progress: EmbedProgress | None = None,
+    on_embed_progress: vectors.EmbedProgress | None = None,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
 
@@ -324,7 +177,7 @@ def index_paths(
         on_embed_progress: phase 2, after each batch of vectors: (chunks embedded, chunks to embed).
         file_time_budget_s: seconds the reading and chunking of one file may take
             before it is skipped ("took longer than 60 s to read: skipped"); None:
-            the ``METIS_FILE_TIME_BUDGET_S`` setting (default 60). The bound is
+            ``settings.file_time_budget_s`` (default 60). The bound is
             checked in the readers' and chunker's loops: one library call that does
             not return to them (pypdf on one page, the HTML parse) can overrun it
             (:func:`metis_pg.readers.time_budget`).
@@ -333,9 +186,9 @@ def index_paths(
         InvalidInput: a path does not exist, cannot be examined, or is not a kind metis reads.
     """
     started = time.perf_counter()
-    spec = BaseSpec.from_json(base.spec)
+    spec = base.base_spec
     run = _Run(base=base.name)
-    budget = Settings.from_env().file_time_budget_s if file_time_budget_s is None else file_time_budget_s
+    budget = settings.file_time_budget_s if file_time_budget_s is None else file_time_budget_s
     unlisted: dict[Path, str] = {}
 
     def skipped(path: Path, reason: str) -> None:
@@ -344,22 +197,17 @@ def index_paths(
     def not_listed(folder: Path, reason: str) -> None:
         unlisted[folder] = reason
 
-    plans = [_source_of(Path(p), source_name, skipped, not_listed) for p in paths]
-    for name, _, _, _ in plans:
-        if name == f"metis-{base.name}":
-            raise InvalidInput(
-                f"the source name {name!r} is reserved for the notes and facts of base {base.name!r}:"
-                " name the folder's source with --source"
-            )
-    total = sum(len(files) for _, _, files, _ in plans)
+    plans = [sources.plan_source(Path(p), source_name, skipped, not_listed) for p in paths]
+    sources.refuse_reserved_names(base, plans)
+    total = sum(len(plan.files) for plan in plans)
 
     with pool.connection() as conn:
-        _refuse_nested_sources(conn, base, [(name, root) for name, root, _, _ in plans])
+        sources.refuse_nested_sources(conn, base, plans)
         # Every source is checked (a name reading another folder is refused) before anything is
         # written or the base is marked as indexing: a refused run leaves the base as it was.
         source_ids = [
             storage.ensure_source(conn, base.base_id, name, display_path(str(root)), whole_folder=deletes)
-            for name, root, _, deletes in plans
+            for name, root, _, deletes in (_fields(p) for p in plans)
         ]
         storage.set_status(conn, base.base_id, "indexing")
 
@@ -367,7 +215,7 @@ def index_paths(
     # made reads every document again (vectors of unchanged chunk texts are reused).
     retokenize = spec.tokenizer_version != TOKENIZER_VERSION
     done = 0
-    for (name, root, files, deletes), source_id in zip(plans, source_ids):
+    for (name, root, files, deletes), source_id in zip((_fields(p) for p in plans), source_ids):
         with pool.connection() as conn:
             known = storage.document_hashes(conn, source_id)
         seen: set[str] = set()
@@ -412,7 +260,7 @@ def index_paths(
             )
 
     # Re-tokenized only when every document of those sources was read: whole folders, all listed.
-    if retokenize and not run.failed and not unlisted and all(deletes for _, _, _, deletes in plans):
+    if retokenize and not run.failed and not unlisted and all(p.deletes for p in plans):
         with pool.connection() as conn:
             if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
                 spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
@@ -425,7 +273,8 @@ def index_paths(
     # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
     if embedder is not None:
         try:
-            run.chunks_embedded += embed_missing(pool, base, embedder, on_progress=on_embed_progress)
+            run.chunks_embedded += vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
+                                                         on_progress=on_embed_progress)
         except EmbeddingModelUnavailable as exc:
             run.model_down = exc.message
             run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
@@ -460,7 +309,7 @@ class _Batch:
     reads those files again, as they are still new or changed.
     """
 
-    def __init__(self, pool: ConnectionPool, base_id: int, source_id: int, model: str, run: _Run, *,
+    def __init__(self, pool: db.Pool, base_id: int, source_id: int, model: str, run: _Run, *,
                  max_documents: int) -> None:
         self._pool, self._base_id, self._source_id, self._model, self._run = pool, base_id, source_id, model, run
         self._max_documents = max_documents
@@ -499,7 +348,7 @@ class _Batch:
 
 
 def _read_file(
-    pool: ConnectionPool,
+    pool: db.Pool,
     spec: BaseSpec,
     run: _Run,
     path: Path,
@@ -529,7 +378,7 @@ def _read_file(
         size = info.st_size
         if size > spec.max_file_bytes:
             raise UnreadableDocument(f"{shown}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
-        file_hash, size = _hash_file(path)
+        file_hash, size = sources.hash_file(path)
         content_hash = versioned_hash(file_hash, kind_of(path))  # a newer reader reads the file again
         if known is not None and known[1] == content_hash and not retokenize:
             run.unchanged += 1
@@ -549,11 +398,14 @@ def _read_file(
     run.read += 1
     for w in document.warnings:
         run.warnings.append(f"{rel}: {w}")
-    with pool.connection() as conn:
-        reuse = storage.reusable_vectors(conn, known[0], spec.fingerprint) if known else {}
-    vectors = _reused_vectors(chunks, reuse)
+    reuse = {}
+    if known:
+        with pool.connection() as conn:
+            rows = storage.reusable_vectors(conn, known[0], spec.fingerprint)
+        reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
-    return storage.PendingDocument(meta, chunks, vectors, replaces=known[0] if known else None)
+    return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
+                                   replaces=known[0] if known else None, terms=tokenize(chunks))
 
 
 def _failure_reason(shown: str, exc: Exception) -> str:
@@ -570,63 +422,78 @@ def _failure_reason(shown: str, exc: Exception) -> str:
     return f"{shown}: could not be read ({type(exc).__name__}{': ' + detail if detail else ''})"
 
 
-#: Attempts to switch a base to its new model while indexers keep adding chunks.
-_SWITCH_ATTEMPTS = 5
-
-
-def reembed(
-    pool: ConnectionPool,
-    base: storage.BaseRow,
-    new_spec: BaseSpec,
-    embedder: Embedder,
+def reindex(
+    base: str,
+    found: Sequence[SourceInfo],
     *,
-    on_progress: Callable[[int, int], None] | None = None,
-    batch: int = 256,
-) -> ReembedReport:
-    """Give every chunk of `base` a vector of `new_spec`'s model, then switch the base to it.
+    index_one: Callable[[Sequence[Path], str], IndexReport],
+    status: Callable[[], str],
+    only: Sequence[str] | None = None,
+    on_source: Callable[[SourceInfo], None] | None = None,
+) -> list[IndexReport]:
+    """Index the folder sources `found` of `base` again (those named in `only`); one report each.
 
-    The new vectors are written beside the old ones (``embeddings`` is keyed by
-    chunk and model fingerprint), so searches keep using the old model until the
-    switch: one transaction that checks every chunk has a new vector and stores
-    `new_spec`. The old model's vectors are deleted after it. A search never mixes
-    two models (the statement filters on the spec's fingerprint).
-
-    `on_progress(chunks done, chunks to do)` is called after each batch.
+    ``index_one(paths, source name)`` indexes; ``status()`` is the base's status, for the report
+    of a source not read. A source of single files (`metis index notes/todo.md`) reads those files
+    again, not their whole folder; one gone from it is kept, with a warning naming it. A source
+    whose folder is gone (or unreadable) is not read: its report has no counts and a warning.
 
     Raises:
-        EmbeddingModelUnavailable: the new model did not answer; the base keeps its
-            old model and vectors (new vectors written so far stay for the next try).
-        EmbeddingDimensionMismatch: the new model's vectors are not ``new_spec.embedding_dim`` long.
+        InvalidInput: no folder source to read.
     """
-    started = time.perf_counter()
-    old_model = BaseSpec.from_json(base.spec).fingerprint
-    model = new_spec.fingerprint
+    found = [s for s in found if only is None or s.name in only]
+    if not found:
+        raise InvalidInput(f"base {base!r} has no folder to index again: give one (metis index FOLDER --base {base})")
+    reports = []
+    for s in found:
+        if on_source is not None:
+            on_source(s)
+        targets, gone = [Path(s.root)], []
+        if not s.whole_folder:
+            files = [Path(s.root) / p for p in s.paths]
+            targets = [f for f in files if f.is_file()]
+            gone = [p for p, f in zip(s.paths, files) if not f.is_file()]
+        kept = tuple(f"{Path(s.root) / p}: no longer a file: its document is kept (drop the base or index its"
+                     f" folder to remove it)" for p in gone)
+        if not targets:
+            reports.append(IndexReport(base=base, status=status(), warnings=kept))
+            continue
+        try:
+            report = index_one(targets, s.name)
+            reports.append(dataclasses.replace(report, warnings=tuple(report.warnings) + kept) if kept else report)
+        except InvalidInput as exc:
+            reports.append(IndexReport(base=base, status=status(),
+                                       warnings=(f"source {s.name!r} not read again: {exc.message};"
+                                                 f" its {s.documents} documents are kept",)))
+    return reports
+
+
+def own_document(base: storage.BaseRow, document: Document, data: bytes, document_id: int
+                 ) -> storage.PendingDocument:
+    """Chunk and tokenize a document the base holds itself (a note, a fact) for :func:`storage.write_documents`.
+
+    No vectors: :func:`embed_own` embeds them once the words are written.
+    """
+    chunks = chunk_document(document, chunk_size=base.base_spec.chunk_size)
+    meta = storage.DocumentMeta(document.path, document.title, document.kind, hashlib.sha256(data).hexdigest(),
+                                len(data))
+    return storage.PendingDocument(meta, chunks, None, document_id=document_id, terms=tokenize(chunks))
+
+
+def embed_own(pool: db.Pool, settings: Settings, base: storage.BaseRow, embedder: Embedder | None,
+              document_id: int) -> None:
+    """Embed a written note's or fact's chunks; when the model does not answer the base is ``waiting``
+    (the next ``metis index`` embeds them, SPEC F14)."""
+    if embedder is not None:
+        try:
+            vectors.embed_batches(pool, base.base_id, base.base_spec.fingerprint, embedder,
+                                  batch=settings.embed_batch_chunks, document_id=document_id)
+            return
+        except EmbeddingModelUnavailable:
+            pass
     with pool.connection() as conn:
-        todo = storage.count_chunks_without_vector(conn, base.base_id, model)
-    done = 0
-    for attempt in range(1, _SWITCH_ATTEMPTS + 1):
-        while True:
-            with pool.connection() as conn:
-                rows = storage.chunks_without_vector(conn, base.base_id, model, batch)
-            if not rows:
-                break
-            vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows])
-            with pool.connection() as conn:
-                storage.write_vectors(conn, base.base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
-            done += len(rows)
-            if on_progress:
-                on_progress(done, max(todo, done))
-        # The last attempt switches anyway: chunks an indexer added meanwhile wait for
-        # their vector (status waiting; the next `metis index` embeds them).
-        with pool.connection() as conn:
-            if storage.switch_embedding(conn, base.base_id, new_spec.to_json(), model,
-                                        force=attempt == _SWITCH_ATTEMPTS):
-                break
-    with pool.connection() as conn:
-        deleted = storage.delete_other_vectors(conn, base.base_id, model)
-        missing = storage.chunks_without_vector(conn, base.base_id, model, 1)
-        storage.set_status(conn, base.base_id, "waiting" if missing else "ready")
-    return ReembedReport(
-        base=base.name, old_model=old_model, new_model=model, chunks_embedded=done,
-        vectors_deleted=deleted, seconds=time.perf_counter() - started,
-    )
+        storage.set_status(conn, base.base_id, "waiting")
+
+
+def _fields(plan: sources.SourcePlan) -> tuple[str, Path, list[Path], bool]:
+    return plan.name, plan.root, plan.files, plan.deletes
