@@ -63,21 +63,24 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
             created, one at another revision raises SchemaOutOfDate.
         read_dsns: streaming read replicas of `dsn` (URLs, or one comma-separated string);
             None = ``METIS_READ_DATABASE_URLS``. Reads go to them (:mod:`metis_pg.replicas`).
+        settings: the process settings, handed down to the pool, indexing, the models and evaluate;
+            None = the environment's (``METIS_*``), read when each is needed.
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or started, or a migration failed.
         SchemaOutOfDate: the schema is not the one this code needs: run ``metis db upgrade``.
     """
-    resolved = db.resolve_dsn(dsn, settings)
+    # None stays None for the Metis (it then follows the environment, :attr:`Metis.settings`).
+    now = settings or Settings.from_env()
+    resolved = db.resolve_dsn(dsn, now)
     if upgrade:
-        migrate.upgrade(resolved)
-    replicas_ = replicas.parse_urls(read_dsns if read_dsns is not None
-                                    else (settings or Settings.from_env()).read_database_urls)
+        migrate.upgrade(resolved, settings=now)
+    replicas_ = replicas.parse_urls(read_dsns if read_dsns is not None else now.read_database_urls)
     metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     try:
         if not upgrade:
             with metis.pool.connection() as conn:
-                created = migrate.check_revision(conn, resolved)
+                created = migrate.check_revision(conn, resolved, settings=now)
             if created:  # the pool's connections predate the pgvector types
                 metis.close()
                 metis = Metis(resolved, read_dsns=replicas_, settings=settings)
@@ -255,13 +258,13 @@ class Metis:
     def embedder(self, spec: BaseSpec) -> Embedder:
         """Return the (shared) embedding client of a spec."""
         if spec not in self._embedders:
-            self._embedders[spec] = make_embedder(spec)
+            self._embedders[spec] = make_embedder(spec, settings=self.settings)
         return self._embedders[spec]
 
     def reranker(self, spec: BaseSpec) -> Reranker | None:
         """Return the (shared) reranker client of a spec, or None when it has none."""
         if spec not in self._rerankers:
-            self._rerankers[spec] = make_reranker(spec)
+            self._rerankers[spec] = make_reranker(spec, settings=self.settings)
         return self._rerankers[spec]
 
     # -- indexing ----------------------------------------------------------
