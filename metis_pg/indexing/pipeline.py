@@ -43,6 +43,7 @@ import hashlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,17 +130,16 @@ def index(
 
 @dataclass
 class _Run:
-    """Counters of one indexing run."""
+    """What one indexing run did so far.
+
+    Attributes:
+        counts: the counters of :class:`~metis_pg.results.IndexReport` by name (``read``, ``new``,
+            ``changed``, ``unchanged``, ``deleted``, ``chunks``, ``chunks_embedded``).
+    """
 
     base: str
-    read: int = 0
-    new: int = 0
-    changed: int = 0
-    unchanged: int = 0
-    deleted: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
     failed: list[FailedDocument] = field(default_factory=list)
-    chunks: int = 0
-    chunks_embedded: int = 0
     warnings: list[str] = field(default_factory=list)
     model_down: str | None = None
 
@@ -233,7 +233,7 @@ def index_paths(
             batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
             done += 1
             if on_progress:
-                on_progress(done, total, run.chunks)
+                on_progress(done, total, run.counts["chunks"])
         batch.write()
         # A folder that could not be listed is not a folder whose files are gone.
         blind = [display_path(f.relative_to(root).as_posix()) for f in unlisted if f.is_relative_to(root)]
@@ -248,7 +248,7 @@ def index_paths(
                     continue
                 with pool.connection() as conn:
                     storage.delete_document(conn, base.base_id, document_id)
-                run.deleted += 1
+                run.counts["deleted"] += 1
         for folder, reason in unlisted.items():
             if not folder.is_relative_to(root):
                 continue
@@ -273,7 +273,7 @@ def index_paths(
     # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
     if embedder is not None:
         try:
-            run.chunks_embedded += vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
+            run.counts["chunks_embedded"] += vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
                                                          on_progress=on_embed_progress)
         except EmbeddingModelUnavailable as exc:
             run.model_down = exc.message
@@ -283,11 +283,10 @@ def index_paths(
         missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
         status = "waiting" if missing else "ready"
         storage.set_status(conn, base.base_id, status, indexed=True)
-    if run.read == 0 and not run.failed and total == 0 and not unlisted:
+    if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
         run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
     return IndexReport(
-        base=base.name, read=run.read, new=run.new, changed=run.changed, unchanged=run.unchanged,
-        deleted=run.deleted, failed=tuple(run.failed), chunks=run.chunks, chunks_embedded=run.chunks_embedded,
+        base=base.name, **run.counts, failed=tuple(run.failed),
         chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
         seconds=time.perf_counter() - started,
     )
@@ -324,11 +323,11 @@ class _Batch:
         self._pending.append(document)
         self._chunks += len(document.chunks)
         # Counted when queued, so progress moves with reading; a failed write raises anyway.
-        self._run.chunks += len(document.chunks)
+        self._run.counts["chunks"] += len(document.chunks)
         if document.replaces is None:
-            self._run.new += 1
+            self._run.counts["new"] += 1
         else:
-            self._run.changed += 1
+            self._run.counts["changed"] += 1
         self.write_if_due()
 
     def write_if_due(self) -> None:
@@ -381,7 +380,7 @@ def _read_file(
         file_hash, size = sources.hash_file(path)
         content_hash = versioned_hash(file_hash, kind_of(path))  # a newer reader reads the file again
         if known is not None and known[1] == content_hash and not retokenize:
-            run.unchanged += 1
+            run.counts["unchanged"] += 1
             return None
         with time_budget(budget_s, str(path)):
             document = read_document(path, max_bytes=spec.max_file_bytes)
@@ -395,7 +394,7 @@ def _read_file(
         log.warning("skipped %s", reason)
         run.failed.append(FailedDocument(rel, reason))
         return None
-    run.read += 1
+    run.counts["read"] += 1
     for w in document.warnings:
         run.warnings.append(f"{rel}: {w}")
     reuse = {}
