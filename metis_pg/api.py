@@ -690,6 +690,7 @@ def _base_info(row: dict[str, Any]) -> BaseInfo:
     return BaseInfo(
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
         documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
+        vectors_reused=row["vectors_reused"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
         interrupted=bool(row.get("interrupted")),
     )

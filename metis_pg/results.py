@@ -243,8 +243,10 @@ class FailedDocument:
 class IndexReport:
     """What an indexing run did (SPEC F3).
 
-    Counts are documents, except ``chunks`` (chunks written) and
-    ``chunks_embedded`` (vectors written). ``seconds`` is wall time.
+    Counts are documents, except ``chunks`` (chunks written),
+    ``chunks_embedded`` (vectors written) and ``vectors_reused`` (those of the
+    vectors written whose embedding text already had one: copied, not embedded
+    again, issue 24). ``seconds`` is wall time.
     """
 
     base: str
@@ -256,6 +258,7 @@ class IndexReport:
     failed: tuple[FailedDocument, ...] = ()
     chunks: int = 0
     chunks_embedded: int = 0
+    vectors_reused: int = 0
     chunks_without_vector: int = 0
     status: str = "ready"
     warnings: tuple[str, ...] = ()
@@ -272,6 +275,7 @@ class IndexReport:
             "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "chunks": self.chunks,
             "chunks_embedded": self.chunks_embedded,
+            "vectors_reused": self.vectors_reused,
             "chunks_without_vector": self.chunks_without_vector,
             "status": self.status,
             "warnings": list(self.warnings),
@@ -286,6 +290,8 @@ class BaseInfo:
     ``status`` is ``indexing`` only while a live indexer works on the base;
     ``interrupted`` says the last indexing run did not finish (its process was
     killed): what it committed is searchable, and the next ``metis index`` finishes.
+    ``vectors_reused`` counts the chunks whose vector is another chunk's of the same embedding
+    text (embedded once, issue 24): chunks with a hashed vector minus distinct texts.
     """
 
     name: str
@@ -295,6 +301,7 @@ class BaseInfo:
     documents: int = 0
     chunks: int = 0
     chunks_without_vector: int = 0
+    vectors_reused: int = 0
     last_indexed_at: str | None = None
     interrupted: bool = False
 
@@ -307,6 +314,7 @@ class BaseInfo:
             "documents": self.documents,
             "chunks": self.chunks,
             "chunks_without_vector": self.chunks_without_vector,
+            "vectors_reused": self.vectors_reused,
             "last_indexed_at": self.last_indexed_at,
             "interrupted": self.interrupted,
         }

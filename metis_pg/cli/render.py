@@ -103,7 +103,9 @@ class Renderer:
         self.out.print(
             f"{report.base}: {report.read} read ({report.new} new, {report.changed} changed), "
             f"{report.unchanged} unchanged, {report.deleted} deleted, {len(report.failed)} failed · "
-            f"{report.chunks} chunks, {report.chunks_embedded} embedded · {report.status} · {report.seconds:.1f} s"
+            f"{report.chunks} chunks, {report.chunks_embedded} embedded"
+            + (f" ({report.vectors_reused} reused: same text)" if report.vectors_reused else "")
+            + f" · {report.status} · {report.seconds:.1f} s"
         )
         for f in report.failed:
             self.line(f"  skipped {f.path}: {f.reason}")
@@ -218,6 +220,7 @@ class Renderer:
 def status_line(i) -> str:
     """Return one line of a base's status (``metis status``, ``metis base list``)."""
     missing = f", {i.chunks_without_vector} without vector" if i.chunks_without_vector else ""
+    missing += f", {i.vectors_reused} sharing a vector (same text)" if i.vectors_reused else ""
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""
     return (f"{i.name}: {i.status}{interrupted} · {i.kind} · {i.documents} documents, {i.chunks} chunks{missing} · "

@@ -6,7 +6,8 @@ the embedding model, so keyword search answers as soon as a batch is written
 (hybrid searches meanwhile answer with the ``NO_VECTOR_YET`` warning); chunks of
 a changed document whose text did not change keep their vectors. Phase 2
 (meaning) then embeds every chunk of the base lacking a vector
-(:func:`embed_missing`), writing each batch as it finishes: a Ctrl-C or kill
+(:func:`embed_missing`), each distinct embedding text once (a text some chunk of
+the base already has a vector for is not embedded again), writing each batch as it finishes: a Ctrl-C or kill
 keeps what is embedded and the next run embeds only the rest.
 
 Incremental (F3): a document whose content hash is unchanged is skipped; a
@@ -134,7 +135,7 @@ class _Run:
 
     Attributes:
         counts: the counters of :class:`~metis_pg.results.IndexReport` by name (``read``, ``new``,
-            ``changed``, ``unchanged``, ``deleted``, ``chunks``, ``chunks_embedded``).
+            ``changed``, ``unchanged``, ``deleted``, ``chunks``, ``chunks_embedded``, ``vectors_reused``).
     """
 
     base: str
@@ -273,8 +274,10 @@ def index_paths(
     # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
     if embedder is not None:
         try:
-            run.counts["chunks_embedded"] += vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
-                                                         on_progress=on_embed_progress)
+            embedded = vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
+                                             on_progress=on_embed_progress)
+            run.counts["chunks_embedded"] += embedded.chunks
+            run.counts["vectors_reused"] += embedded.reused
         except EmbeddingModelUnavailable as exc:
             run.model_down = exc.message
             run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")

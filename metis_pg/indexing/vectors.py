@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import db, storage
 from ..chunking import embedding_text
@@ -17,13 +18,30 @@ from ..config import BaseSpec
 from ..models.embed import Embedder
 from ..results import ReembedReport
 
-__all__ = ["EmbedProgress", "embed_batches", "embed_missing", "reembed"]
+__all__ = ["EmbedProgress", "Embedded", "embed_batches", "embed_missing", "reembed"]
 
 #: Called after each batch of vectors: (chunks embedded so far, chunks to embed in all).
 EmbedProgress = Callable[[int, int], None]
 
+#: Chunks lacking a vector read per batch at least: those past the batch's texts for the model are read again.
+_FETCH_CHUNKS = 512
+
 #: Attempts to switch a base to its new model while indexers keep adding chunks.
 _SWITCH_ATTEMPTS = 5
+
+
+@dataclass
+class Embedded:
+    """Vectors an embedding loop wrote.
+
+    Attributes:
+        chunks: chunks given a vector.
+        reused: those of them whose embedding text already had a vector of the model (an earlier
+            chunk of the run or of the base, or one of the same batch): no model call for them.
+    """
+
+    chunks: int = 0
+    reused: int = 0
 
 
 def embed_batches(
@@ -37,32 +55,58 @@ def embed_batches(
     on_progress: EmbedProgress | None = None,
     done: int = 0,
     todo: int = 0,
-) -> int:
+) -> Embedded:
     """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
 
-    `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring).
-    `on_progress(done + embedded so far, max(todo, that))` is called after each batch.
+    Each distinct embedding text is embedded once (issue 24): a chunk whose text some chunk of the
+    base already has a `model` vector for gets a copy of that vector (compared in full, not by
+    hash: :func:`metis_pg.storage.vectors_of_texts`), and identical texts of a batch share one
+    passage of the model call. A batch holds at most `batch` texts for the model
+    (``Settings.embed_batch_chunks``) and any number of chunks reusing a vector, written in one
+    transaction: a kill loses at most one batch, and what is stored is always the vector of the
+    chunk's own text. `on_progress(done + embedded so far, max(todo, that))` is called after each batch.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
         InvalidInput: the model answered a vector that is not one-dimensional or not finite.
     """
-    count = 0
+    result = Embedded()
+    window = max(batch, _FETCH_CHUNKS)
+    after = 0  # chunks are fetched in id order from here; a last pass from 0 catches ids committed late
     while True:
         with pool.connection() as conn:
-            rows = storage.chunks_without_vector(conn, base_id, model, batch, document_id)
-        if not rows:
-            return count
-        vectors = embedder.embed_passages([embedding_text(t, h, x) for _, _, t, h, x in rows])
+            rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after)
+            if not rows and after:
+                after = 0
+                continue
+            if not rows:
+                return result
+            texts = [embedding_text(t, h, x) for _, _, t, h, x in rows]
+            known = storage.vectors_of_texts(conn, base_id, model, texts)
+        # The longest prefix of rows needing at most `batch` new texts: the next fetch starts after it.
+        fresh: dict[str, None] = {}
+        taken = 0
+        for text in texts:
+            if text not in known and text not in fresh:
+                if len(fresh) == batch:
+                    break
+                fresh[text] = None
+            taken += 1
+        if fresh:
+            known.update(zip(fresh, embedder.embed_passages(list(fresh))))
         with pool.connection() as conn:
-            storage.write_vectors(conn, base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
-        count += len(rows)
+            storage.write_vectors(conn, base_id, model, [
+                (r[0], r[1], known[text], storage.text_hash(text)) for r, text in zip(rows[:taken], texts)
+            ])
+        after = rows[taken - 1][0]
+        result.chunks += taken
+        result.reused += taken - len(fresh)
         if on_progress:
-            on_progress(done + count, max(todo, done + count))
+            on_progress(done + result.chunks, max(todo, done + result.chunks))
 
 
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
-                  on_progress: EmbedProgress | None = None) -> int:
+                  on_progress: EmbedProgress | None = None) -> Embedded:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
     `on_progress(chunks embedded, chunks to embed)` is called once before the first batch
@@ -113,7 +157,7 @@ def reembed(
         done = 0
         for attempt in range(1, _SWITCH_ATTEMPTS + 1):
             done += embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress,
-                                  done=done, todo=todo)
+                                  done=done, todo=todo).chunks
             # The last attempt switches anyway: chunks an indexer added meanwhile wait for
             # their vector (status waiting; the next `metis index` embeds them).
             with pool.connection() as conn:

@@ -233,6 +233,7 @@ def create_app(
             "documents": info.documents,
             "chunks": info.chunks,
             "chunks_without_vector": info.chunks_without_vector,
+            "vectors_reused": info.vectors_reused,
             "last_indexed_at": info.last_indexed_at,
             "job": job.to_dict() if job else None,
         }

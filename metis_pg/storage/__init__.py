@@ -46,6 +46,8 @@ from .vectors import (
     delete_other_vectors,
     reusable_vectors,
     switch_embedding,
+    text_hash,
+    vectors_of_texts,
     write_vectors,
 )
 
@@ -56,7 +58,7 @@ __all__ = [
     "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
     "encode_blocks",
     "chunks_without_vector", "count_chunks_without_vector", "write_vectors", "reusable_vectors",
-    "switch_embedding", "delete_other_vectors",
+    "switch_embedding", "delete_other_vectors", "text_hash", "vectors_of_texts",
     "indexer_session", "lock_base",
     "count_search", "record_search",
 ]

@@ -20,7 +20,7 @@ from .. import sqlfiles
 from ..chunking import Chunk, chunk_terms
 from .locks import lock_base
 from .postings import BLOCK_CHUNKS, add_totals, write_postings
-from .vectors import copy_vectors
+from .vectors import copy_vectors, text_hash
 
 __all__ = [
     "DocumentMeta", "PendingDocument", "new_document_id", "document_hashes", "write_documents", "write_document",
@@ -176,9 +176,9 @@ def write_documents(
                 (chunk_id, terms) for d, ids in zip(documents, placed) for chunk_id, terms in zip(ids, d.terms)
             ])
             copy_vectors(cur, base_id, model, [
-                (chunk_id, document_id, v)
+                (chunk_id, document_id, v, text_hash(chunk.embedding_text))
                 for d, document_id, ids in zip(documents, document_ids, placed) if d.vectors is not None
-                for chunk_id, v in zip(ids, d.vectors) if v is not None
+                for chunk_id, chunk, v in zip(ids, d.chunks, d.vectors) if v is not None
             ])
     return document_ids
 

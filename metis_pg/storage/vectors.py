@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,20 +12,34 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .. import sqlfiles
+from ..chunking import embedding_text
 from ..errors import InvalidInput
 from .locks import lock_base
 
 __all__ = [
-    "copy_vectors", "halfvec_binary", "chunks_without_vector", "count_chunks_without_vector", "write_vectors",
+    "copy_vectors", "halfvec_binary", "text_hash", "vectors_of_texts", "chunks_without_vector", "count_chunks_without_vector", "write_vectors",
     "reusable_vectors", "switch_embedding", "delete_other_vectors",
 ]
 
 # COPY cannot be EXPLAINed, and every file of sql/ is (tests/test_contracts.py): it stays here.
-_COPY_VECTORS = "COPY embeddings (chunk_id, model, base_id, document_id, embedding) FROM STDIN (FORMAT BINARY)"
+_COPY_VECTORS = ("COPY embeddings (chunk_id, model, base_id, document_id, embedding, text_hash)"
+                 " FROM STDIN (FORMAT BINARY)")
 
 
-def copy_vectors(cur: psycopg.Cursor, base_id: int, model: str, rows: Sequence[tuple[int, int, Any]]) -> None:
-    """COPY vectors ``(chunk_id, document_id, vector)`` in binary: halfvec's own format, no text.
+def text_hash(text: str) -> int:
+    """Return the ``embeddings.text_hash`` of an embedding text: its BLAKE2b's first 8 bytes as a signed int64.
+
+    A key to find candidates only: a reused vector's text is compared in full (:func:`vectors_of_texts`).
+    """
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "big", signed=True)
+
+
+def copy_vectors(cur: psycopg.Cursor, base_id: int, model: str,
+                 rows: Sequence[tuple[int, int, Any, int]]) -> None:
+    """COPY vectors ``(chunk_id, document_id, vector, text_hash)`` in binary: halfvec's own format, no text.
+
+    ``text_hash`` is :func:`text_hash` of the chunk's embedding text (what the vector was made from).
 
     Raises:
         InvalidInput: a vector that is not one-dimensional or holds NaN or infinity.
@@ -33,9 +48,24 @@ def copy_vectors(cur: psycopg.Cursor, base_id: int, model: str, rows: Sequence[t
         return
     with cur.copy(_COPY_VECTORS) as copy:
         # bytea's binary form is the bytes as they are: the server reads them with halfvec's receive function.
-        copy.set_types(["int8", "text", "int4", "int8", "bytea"])
-        for chunk_id, document_id, vector in rows:
-            copy.write_row((chunk_id, model, base_id, document_id, halfvec_binary(vector)))
+        copy.set_types(["int8", "text", "int4", "int8", "bytea", "int8"])
+        for chunk_id, document_id, vector, hashed in rows:
+            copy.write_row((chunk_id, model, base_id, document_id, halfvec_binary(vector), hashed))
+
+
+def vectors_of_texts(conn: psycopg.Connection, base_id: int, model: str, texts: Iterable[str]) -> dict[str, Any]:
+    """Return the stored `model` vector of each embedding text of `texts` that some chunk of the base has.
+
+    Candidates are found by :func:`text_hash`; each one's own embedding text is rebuilt from its
+    chunk and compared in full, so a hash collision only leaves that text out (it is embedded).
+    """
+    by_hash = {text_hash(t): t for t in texts}
+    if not by_hash:
+        return {}
+    found = conn.execute(sqlfiles.load("storage/vectors_of_texts"),
+                         {"base_id": base_id, "model": model, "hashes": list(by_hash)}).fetchall()
+    return {by_hash[h]: vector for h, title, headings, text, vector in found
+            if embedding_text(title, headings, text) == by_hash[h]}
 
 
 def halfvec_binary(vector: Any) -> bytes:
@@ -51,14 +81,14 @@ def halfvec_binary(vector: Any) -> bytes:
 
 
 def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, limit: int,
-                          document_id: int | None = None) -> list[tuple]:
+                          document_id: int | None = None, *, after: int = 0) -> list[tuple]:
     """Return up to `limit` rows ``(chunk_id, document_id, title, headings, text)`` lacking a `model` vector.
 
-    Oldest first; `document_id` keeps that document's chunks only.
+    Oldest first, ids above `after` only; `document_id` keeps that document's chunks only.
     """
     return conn.execute(
         sqlfiles.load("storage/chunks_without_vector"),
-        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id},
+        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id, "after": after},
     ).fetchall()
 
 
@@ -67,8 +97,9 @@ def count_chunks_without_vector(conn: psycopg.Connection, base_id: int, model: s
     return conn.execute("SELECT chunks_without_vector(%s, %s)", (base_id, model)).fetchone()[0]
 
 
-def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequence[tuple[int, int, Any]]) -> None:
-    """Store vectors ``(chunk_id, document_id, vector)`` of `model` in one transaction.
+def write_vectors(conn: psycopg.Connection, base_id: int, model: str,
+                  rows: Sequence[tuple[int, int, Any, int]]) -> None:
+    """Store vectors ``(chunk_id, document_id, vector, text_hash)`` of `model` in one transaction.
 
     Chunks deleted meanwhile are skipped (their rows would violate the foreign key).
     """
