@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable, InvalidInput
 
 __all__ = [
     "embedded_dsn", "stop_embedded", "server_settings", "write_server_settings", "start_failure_cause",
@@ -160,7 +160,6 @@ def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
 
     import psutil
 
-    from .errors import InvalidInput
 
     pgdata = Path(pgdata).resolve()
     try:
