@@ -2,7 +2,7 @@
 -- Parameters: %(name)s text (NULL = every base).
 -- Returns: base_id, name, kind, spec, status, interrupted, last_indexed_at, documents, chunks,
 --          chunks_without_vector, vectors_reused (chunks whose vector is another's of the same
---          embedding text: hashed vectors minus distinct hashes, migration 0012).
+--          embedding text: hashed vectors minus distinct hashes, migration 0013).
 --
 -- Status (SPEC F3) and interrupted come from the SQL function base_state (migration 0008), the
 -- one rule every reader uses (bases/health.sql, the view metis.base_health_v2): 'indexing' only
