@@ -1,16 +1,20 @@
 """Vectors: the one embedding loop (:func:`embed_batches`) of indexing, re-embedding and notes.
 
-Chunks lacking a vector of a model are fetched oldest first, ``Settings.embed_batch_chunks`` at
-a time; each batch is embedded (one ``embed_passages`` call; the model client splits it into
-its own requests) and written in one transaction before the next is fetched, so an
-interruption loses at most one batch and the next run embeds only the rest.
+Chunks lacking a vector of a model are fetched oldest first, ``Settings.embed_batch_chunks``
+texts for the model at a time; each distinct embedding text is embedded once (a text the base
+already has a vector of is copied, compared in full); each batch is embedded (one
+``embed_passages`` call; the model client splits it into its own requests) and written in one
+transaction in a thread while the next batch is fetched and embedded, so an interruption loses
+at most two batches and the next run embeds only the rest.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from .. import db, storage
 from ..chunking import embedding_text
@@ -63,8 +67,10 @@ def embed_batches(
     hash: :func:`metis_pg.storage.vectors_of_texts`), and identical texts of a batch share one
     passage of the model call. A batch holds at most `batch` texts for the model
     (``Settings.embed_batch_chunks``) and any number of chunks reusing a vector, written in one
-    transaction: a kill loses at most one batch, and what is stored is always the vector of the
-    chunk's own text. `on_progress(done + embedded so far, max(todo, that))` is called after each batch.
+    transaction while the next batch is embedded (issue 24: the model does not wait for the
+    database): a kill loses at most two batches, and what is stored is always the vector of the
+    chunk's own text. `on_progress(done + embedded so far, max(todo, that))` is called after each
+    batch is written.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
@@ -73,36 +79,61 @@ def embed_batches(
     result = Embedded()
     window = max(batch, _FETCH_CHUNKS)
     after = 0  # chunks are fetched in id order from here; a last pass from 0 catches ids committed late
-    while True:
-        with pool.connection() as conn:
-            rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after)
-            if not rows and after:
-                after = 0
-                continue
-            if not rows:
-                return result
-            texts = [embedding_text(t, h, x) for _, _, t, h, x in rows]
-            known = storage.vectors_of_texts(conn, base_id, model, texts)
-        # The longest prefix of rows needing at most `batch` new texts: the next fetch starts after it.
-        fresh: dict[str, None] = {}
-        taken = 0
-        for text in texts:
-            if text not in known and text not in fresh:
-                if len(fresh) == batch:
-                    break
-                fresh[text] = None
-            taken += 1
-        if fresh:
-            known.update(zip(fresh, embedder.embed_passages(list(fresh))))
-        with pool.connection() as conn:
-            storage.write_vectors(conn, base_id, model, [
-                (r[0], r[1], known[text], storage.text_hash(text)) for r, text in zip(rows[:taken], texts)
-            ])
-        after = rows[taken - 1][0]
-        result.chunks += taken
-        result.reused += taken - len(fresh)
+    # One batch is written (its own connection, in a thread) while the next is fetched and embedded:
+    # the model is not kept waiting for the database. `writing` maps the texts of the batch being
+    # written to their vectors: the next batch reuses them before they are committed.
+    writing: dict[str, Any] = {}
+    pending: Future[None] | None = None
+    written = Embedded()
+
+    def settle() -> None:
+        """Wait for the batch being written (its error is raised here), then report progress."""
+        nonlocal pending
+        if pending is None:
+            return
+        future, pending = pending, None
+        future.result()
+        result.chunks, result.reused = written.chunks, written.reused
         if on_progress:
             on_progress(done + result.chunks, max(todo, done + result.chunks))
+
+    def write(rows: list[tuple[int, int, Any, int]]) -> None:
+        with pool.connection() as conn:
+            storage.write_vectors(conn, base_id, model, rows)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="metis-vectors") as writer:
+        while True:
+            with pool.connection() as conn:
+                rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after)
+                if not rows:
+                    settle()  # a pass from 0 must not read the rows being written as lacking a vector
+                    writing = {}
+                    if after:
+                        after = 0
+                        continue
+                    return result
+                texts = [embedding_text(t, h, x) for _, _, t, h, x in rows]
+                known = {t: writing[t] for t in texts if t in writing}
+                known.update(storage.vectors_of_texts(conn, base_id, model, [t for t in texts if t not in known]))
+            # The longest prefix of rows needing at most `batch` new texts: the next fetch starts after it.
+            fresh: dict[str, None] = {}
+            taken = 0
+            for text in texts:
+                if text not in known and text not in fresh:
+                    if len(fresh) == batch:
+                        break
+                    fresh[text] = None
+                taken += 1
+            if fresh:
+                known.update(zip(fresh, embedder.embed_passages(list(fresh))))
+            settle()
+            writing = {text: known[text] for text in texts[:taken]}
+            pending = writer.submit(write, [
+                (r[0], r[1], known[text], storage.text_hash(text)) for r, text in zip(rows[:taken], texts)
+            ])
+            after = rows[taken - 1][0]
+            written.chunks += taken
+            written.reused += taken - len(fresh)
 
 
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
