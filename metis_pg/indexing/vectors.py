@@ -27,8 +27,9 @@ __all__ = ["EmbedProgress", "Embedded", "embed_batches", "embed_missing", "reemb
 #: Called after each batch of vectors: (chunks embedded so far, chunks to embed in all).
 EmbedProgress = Callable[[int, int], None]
 
-#: Chunks lacking a vector read per batch at least: those past the batch's texts for the model are read again.
-_FETCH_CHUNKS = 512
+#: Chunks lacking a vector read for one batch at most (while they reuse vectors, the read doubles
+#: from `batch` up to this); those past the batch's `batch` texts for the model are read again.
+_FETCH_MAX = 4096
 
 #: Attempts to switch a base to its new model while indexers keep adding chunks.
 _SWITCH_ATTEMPTS = 5
@@ -77,7 +78,7 @@ def embed_batches(
         InvalidInput: the model answered a vector that is not one-dimensional or not finite.
     """
     result = Embedded()
-    window = max(batch, _FETCH_CHUNKS)
+    window = batch
     after = 0  # chunks are fetched in id order from here; a last pass from 0 catches ids committed late
     # One batch is written (its own connection, in a thread) while the next is fetched and embedded:
     # the model is not kept waiting for the database. `writing` maps the texts of the batch being
@@ -132,6 +133,8 @@ def embed_batches(
                 (r[0], r[1], known[text], storage.text_hash(text)) for r, text in zip(rows[:taken], texts)
             ])
             after = rows[taken - 1][0]
+            # Read further ahead only while chunks reuse vectors (boilerplate): else `batch` rows suffice.
+            window = min(_FETCH_MAX, window * 2) if taken == len(rows) and len(fresh) < batch else batch
             written.chunks += taken
             written.reused += taken - len(fresh)
 
