@@ -57,10 +57,11 @@ def index(
     with open_metis(dsn) as m:
         if paths:
             known = m.base_names()
-            report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
-            if base not in known and not as_json:  # a typo'd --base would otherwise pass unnoticed
+            # A typo'd --base would otherwise pass unnoticed: said before the bars (a missing path: only its error).
+            if base not in known and not as_json and all(p.expanduser().exists() for p in paths):
                 r.note(f"created base {base!r} with the defaults"
                        + (f" (other bases: {', '.join(known)})" if known else ""))
+            report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
             if as_json:
                 r.json(report.to_dict())
             else:
