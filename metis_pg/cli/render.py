@@ -151,13 +151,15 @@ class Renderer:
             c = r.citation
             where = f"{r.base} · " if several else ""
             heading = " > ".join(c.headings) if c.headings else c.title
-            self.line(f"{rank}. {where}{c.location()} · {heading}")
+            more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
+            self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
             self.out.print(f"   {visible(c.snippet)}")
             holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
             self.out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
         t = answer.took
         self.out.print(
-            f"[dim]{answer.mode}{fusion_note(answer.fusion)}{' · reranked' if answer.reranked else ''} · "
+            f"[dim]{answer.mode}{fusion_note(answer.fusion)}{' · reranked' if answer.reranked else ''}"
+            f"{' · per document' if answer.per_document else ''} · "
             f"took {t.total:.0f} ms (embed {t.embed:.0f}, dense {t.dense:.0f}, keyword {t.keyword:.0f}, "
             f"fuse {t.fuse:.0f}, rerank {t.rerank:.0f})[/]",
             markup=True,

@@ -33,6 +33,9 @@ def search(
     prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Keep this kind (repeatable).")] = None,
     source: Annotated[Optional[list[str]], typer.Option("--source", help="Keep this source (repeatable).")] = None,
+    per_document: Annotated[bool, typer.Option(
+        "--per-document", "-d", help="Each document once, at its best passage, with how many of its passages "
+                                     "matched (--files implies it).")] = False,
     compare: Annotated[bool, typer.Option("--compare", help="Ask three ways (hybrid, dense, keyword) and say why "
                                                             "each passage came up.")] = False,
     weights: Annotated[Optional[str], typer.Option(
@@ -62,6 +65,7 @@ def search(
       metis search "vacuum full"                             # every base
       metis search -b docs,wiki vacuum full                  # every word is the question
       metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
+      metis search docs "vacation" --files -n 3              # the 3 best documents' paths
     """
     from ..formats import cut_below, search_output
 
@@ -76,6 +80,8 @@ def search(
             raise InvalidInput(f"--compare prints a table or --json, not --{fmt}")
         if min_score is not None:
             raise InvalidInput("--compare shows every passage of every mode: drop --min-score")
+        if per_document:
+            raise InvalidInput("--compare shows every passage of every mode: drop --per-document")
         with open_metis(dsn) as m:
             names, question = bases_and_question(m, words, base)
             result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
@@ -88,7 +94,8 @@ def search(
     with open_metis(dsn) as m:
         names, question = bases_and_question(m, words, base)
         answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
-                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent)
+                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent,
+                          per_document=per_document or fmt == "files")
     answer, dropped = cut_below(answer, min_score)
     if fmt == "text":
         r.answer(answer)
