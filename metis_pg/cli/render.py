@@ -250,7 +250,7 @@ def status_line(i) -> str:
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""
     return (f"{i.name}: {i.status}{interrupted} · {i.kind} · {i.documents} documents, {i.chunks} chunks{missing} · "
-            f"model {model} · last indexed {i.last_indexed_at or 'never'}")
+            f"model {model} · last indexed {i.last_indexed_at or ('not finished yet' if i.chunks else 'never')}")
 
 
 def fusion_note(fusion: dict[str, Any]) -> str:
