@@ -627,6 +627,19 @@ def test_one_result_per_document_and_rerank_off_for_a_base_without_reranker(driv
         metis.drop_base(plain)
 
 
+def test_compare_rows_show_their_snippet(driver, url, base, metis):
+    open_search(driver, url, f"#q=modem+error+router&base={base}&compare=1")
+    want = {p.chunk_id: p.citation.snippet for p in metis.compare(base, "modem error router").passages}
+
+    def snippets(d: Any) -> dict[int, str]:  # read at once: the rows are redrawn
+        return {int(k): v for k, v in d.execute_script(
+            "return Object.fromEntries(Array.from(document.querySelectorAll('#compare-table tbody tr'))"
+            ".map((r) => [r.dataset.chunk, (r.querySelector('.snippet') || {}).textContent || '']))").items()}
+
+    wait(driver, lambda d: set(snippets(d)) == set(want), what="the rows")
+    assert snippets(driver) == want and all(want.values())
+
+
 def test_the_bases_page_offers_no_indexing_when_the_service_reads_no_folder(driver, metis, base):
     with service.running(service.create_app(metis, tokens=[TOKEN], source_roots=[])) as other:
         open_page(driver, f"{other}/console/bases")

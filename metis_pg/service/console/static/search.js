@@ -241,7 +241,8 @@
     return el("td", {class: "rank-cell", "data-label": label}, rank === null || rank === undefined ? "—" : "#" + rank);
   }
 
-  function renderCompare(answer) {
+  function renderCompare(answer, s) {
+    const terms = questionTerms(s.q);
     renderNotices(answer.warnings);
     renderTook(answer.took, [["embed", "embed"], ["search", "search"], ["rerank", "rerank"], ["total", "total"]]);
     const counts = answer.counts;
@@ -253,7 +254,8 @@
     for (const p of answer.passages) {
       body.append(el("tr", {class: "agree-" + p.agreement, "data-chunk": p.chunk_id},
         el("th", {scope: "row"}, el("span", {class: "cite"}, where(p.citation)),
-          el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base)),
+          el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base),
+          el("span", {class: "snippet"}, marked(p.citation.snippet, terms))),
         rankCell(p.ranks.hybrid, "Both"), rankCell(p.ranks.dense, "Meaning"), rankCell(p.ranks.keyword, "Words"),
         el("td", {class: "why", "data-label": "Why it came up:"}, p.why)));
     }
