@@ -13,9 +13,10 @@ Rules:
   the first page's error), or no text layer (scanned images: OCR first).
 - Pages without extractable text, or whose extraction fails, are skipped with
   a warning; a PDF where no page has text is refused with the reason above.
-- Running headers and footers are dropped: a line among the first (last) two of a page whose
-  shape (digits as ``#``, case and spacing aside) is there on most pages, at least 3, is not
-  text (``Shared MIME-info Database``, ``Page 3 of 40``): it would leak into every snippet.
+- Running headers and footers are dropped: a line among the first (last) two of a page that is
+  there on most pages, at least 3 (case and spacing aside; a line of 40 characters at most
+  with its digits aside), is not text (``Shared MIME-info Database``, ``Page 3 of 40``): it
+  would leak into every snippet.
 - Headings come from the outline (bookmarks), nesting as their level: an entry
   opens its section on its page where its title is found in the page's text
   (case and spacing aside; a short number before it, such as ``2.1``, and a
@@ -98,9 +99,15 @@ _FURNITURE_LINES = 2
 _DIGITS = re.compile(r"\d+")
 
 
+#: A line this short may differ from page to page by its numbers only (``Page 3 of 40``, ``- 17 -``).
+_NUMBERED_LINE_CHARS = 40
+
+
 def _shape(line: str) -> str:
-    """A line as running headers repeat it: digits as ``#`` (page numbers), case and spacing aside."""
-    return _DIGITS.sub("#", collapse(line)).lower()
+    """A line as running headers repeat it, case and spacing aside; a short one with its digits as ``#``
+    (page numbers). A long line must repeat as it is: body lines differ by more than their numbers."""
+    text = collapse(line).lower()
+    return _DIGITS.sub("#", text) if len(text) <= _NUMBERED_LINE_CHARS else text
 
 
 def _furniture(texts: list[str]) -> tuple[set[str], set[str]]:
