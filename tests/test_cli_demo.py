@@ -82,3 +82,20 @@ def test_a_refusal_gives_a_command_that_works(dsn, base_name, project):
     followed = run_cli(*args, "--dsn", dsn)
     assert followed.code == 0, followed.stderr
     assert " 1 unchanged" in followed.stdout, followed.stdout
+
+
+def test_the_demo_of_another_checkout_in_the_same_home_is_taken_over(dsn, metis, base_name, tmp_path):
+    """Two clones named alike, one METIS_HOME: the second clone's demo must run, not refuse."""
+    first, second = (write_corpus(tmp_path / side / "metis_pg", {
+        "docs/guide/leave.md": LEAVE, "docs/router.txt": ROUTER,
+        "README.md": f"# Project\n\nThe {side} clone resets the router with the red button.\n"}) for side in ("a", "b"))
+    assert demo(first, base_name, dsn).code == 0
+    taken = demo(second, base_name, dsn)
+    assert taken.code == 0, taken.stderr
+    assert f"held the demo of another checkout ({first.resolve()})" in taken.stderr
+    assert {s.root for s in metis.sources(base_name)} == {str(second.resolve()), str(second.resolve() / "docs")}
+    assert demo(second, base_name, dsn).code == 0  # and again
+    # A base holding something else is refused, with a command that works.
+    assert run_cli("note", "add", base_name, "--title", "mine", "keep me", "--dsn", dsn).code == 0
+    refused = demo(first, base_name, dsn)
+    assert refused.code == 2 and f"metis demo --base {base_name}-2" in refused.stderr
