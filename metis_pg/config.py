@@ -247,14 +247,27 @@ class Settings(BaseSettings):
     api_tokens: str = Field(
         "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each. "
                         "None: it binds loopback only.")
+    allowed_hosts: str = Field(
+        "", description="Host names (comma-separated, host or host:port) the HTTP service answers to without a "
+                        "token besides loopback ones (localhost, 127.0.0.0/8, [::1]). Any other Host is answered "
+                        "421 HOST_NOT_ALLOWED, and a POST/PUT/PATCH/DELETE whose Origin is not one of them 403 "
+                        "ORIGIN_NOT_ALLOWED (DNS rebinding, CSRF). Not checked when tokens are set.")
+    search_queue_s: float = Field(
+        1.0, gt=0, description="Seconds an admitted HTTP search or compare may wait to start computing; one that "
+                               "waits longer is answered 503 OVERLOADED with Retry-After.")
+    search_workers: int = Field(
+        default_factory=lambda: 2 * (os.cpu_count() or 1), ge=1,
+        description="HTTP searches and compares computed at the same moment (default 2 x cores); the others "
+                    "admitted wait in a queue, at most METIS_SEARCH_QUEUE_S.")
     source_roots: str = Field(
         "", description="Folders indexing through HTTP may read, colon-separated. None: indexing through HTTP "
                         "is refused.")
     max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
     max_inflight_searches: int = Field(
         default_factory=_default_inflight_searches, ge=1,
-        description="HTTP searches and compares computed at once (default 8 x cores); one more is answered at "
-                    "once 503 OVERLOADED with Retry-After: 1, never queued.")
+        description="HTTP searches and compares admitted at once (default 8 x cores): computing or waiting "
+                    "their turn (METIS_SEARCH_WORKERS, METIS_SEARCH_QUEUE_S); one more is answered at once 503 "
+                    "OVERLOADED with Retry-After: 1.")
     request_read_timeout_s: float = Field(
         10.0, gt=0, description="Seconds an HTTP client has to send a request's headers (from the connection or "
                                 "the request's first byte), and again its body; else 408 and the connection is "
