@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
+from .search_counts import counts_of
 from . import db, documents, indexing, migrate, notes, replicas, retrieval, storage
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
@@ -139,6 +140,7 @@ class Metis:
         self._rerankers.clear()
         if self.replicas is not None:
             self.replicas.close()
+        counts_of(self.pool).flush(closing=True)  # the search counts still pending (busy rows)
         self.pool.close()
 
     def __enter__(self) -> "Metis":
