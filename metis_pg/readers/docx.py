@@ -47,6 +47,79 @@ def _check_zip(path: str, data: bytes) -> None:
         raise unreadable(path, f"zip bomb? {unzipped} bytes uncompressed, over the {MAX_UNZIPPED_BYTES}-byte limit")
 
 
+_PACKAGE_RELS = "http://schemas.openxmlformats.org/package/2006/relationships"
+_CONTENT_TYPES = "http://schemas.openxmlformats.org/package/2006/content-types"
+_OFFICE_RT = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/"
+_WML = "application/vnd.openxmlformats-officedocument.wordprocessingml."
+#: What the parts python-docx reads must be declared as in ``[Content_Types].xml``: relationship type
+#: from the main document -> (what the part is, in words; its content type).
+_PART_TYPES = {
+    "styles": ("styles", _WML + "styles+xml"),
+    "numbering": ("numbering", _WML + "numbering+xml"),
+    "settings": ("settings", _WML + "settings+xml"),
+    "header": ("a header", _WML + "header+xml"),
+    "footer": ("a footer", _WML + "footer+xml"),
+    "comments": ("comments", _WML + "comments+xml"),
+}
+
+
+def _wrong_part(data: bytes) -> str | None:
+    """Say which part of a .docx python-docx failed on is declared or built wrongly, or None.
+
+    Checked after python-docx failed (a file Word opens is never refused by this): the main
+    document and the parts it links to (styles, numbering, headers, ...) must carry their Word
+    content type in ``[Content_Types].xml``, and the main document's root must be ``w:document``.
+    """
+    import posixpath
+    import xml.etree.ElementTree as ET
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+
+            def xml(name: str):
+                info = archive.getinfo(name)
+                if info.file_size > 20_000_000:
+                    return None
+                return ET.fromstring(archive.read(name))
+
+            types = xml("[Content_Types].xml") if "[Content_Types].xml" in names else None
+            if types is None:
+                return "it has no [Content_Types].xml, the list of what each part holds"
+            defaults = {e.get("Extension", "").lower(): e.get("ContentType") for e in types.iter(f"{{{_CONTENT_TYPES}}}Default")}
+            overrides = {e.get("PartName", "").lstrip("/"): e.get("ContentType")
+                         for e in types.iter(f"{{{_CONTENT_TYPES}}}Override")}
+
+            def declared(part: str) -> str | None:
+                return overrides.get(part, defaults.get(posixpath.splitext(part)[1].lstrip(".").lower()))
+
+            main = "word/document.xml"
+            if declared(main) != _WML + "document.main+xml":
+                return (f"[Content_Types].xml declares {main} as {declared(main)!r}, not a Word document "
+                        f"({_WML}document.main+xml): a template, a macro-enabled file or another format renamed")
+            root = xml(main)
+            if root is not None and root.tag != "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}document":
+                return f"{main} holds <{root.tag.rpartition('}')[2]}>, not a Word document (<w:document>)"
+            rels_name = "word/_rels/document.xml.rels"
+            rels = xml(rels_name) if rels_name in names else None
+            for rel in (rels if rels is not None else ()):
+                if rel.tag != f"{{{_PACKAGE_RELS}}}Relationship" or rel.get("TargetMode") == "External":
+                    continue
+                kind = (rel.get("Type") or "").removeprefix(_OFFICE_RT)
+                if kind not in _PART_TYPES:
+                    continue
+                what, expected = _PART_TYPES[kind]
+                target = posixpath.normpath(posixpath.join("word", rel.get("Target") or ""))
+                if target not in names:
+                    return f"the document links to {what} in {target}, which is missing from the archive"
+                if declared(target) != expected:
+                    return (f"[Content_Types].xml declares {target} ({what}) as {declared(target)!r}, "
+                            f"not {expected}")
+    except (zipfile.BadZipFile, ET.ParseError, KeyError, OSError, RuntimeError, ValueError):
+        return None  # broken otherwise: the caller says so
+    return None
+
+
 def _level(style_name: str) -> int | None:
     if style_name.lower() == "title":
         return 0
@@ -89,7 +162,12 @@ def read(path: str, data: bytes) -> Document:
     except UnreadableDocument:  # the time budget ran out
         raise
     except Exception as exc:
-        raise unreadable(path, f"corrupt .docx ({type(exc).__name__}: {exc})") from exc
+        if type(exc).__name__ == "XMLSyntaxError":  # lxml's message says where: worth showing
+            raise unreadable(path, f"corrupt .docx: its XML is broken ({exc})") from exc
+        wrong = _wrong_part(data)
+        if wrong is not None:
+            raise unreadable(path, f"corrupt .docx: {wrong}") from exc
+        raise unreadable(path, f"corrupt .docx: its XML is not what Word writes ({type(exc).__name__})") from exc
     return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text)
 
 
