@@ -299,6 +299,14 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
                                "(exit code 6, HTTP 409).")
 
+    # -- the analyst role (metis_analyst; applied by metis db upgrade and metis serve)
+    analyst_max_connections: int = Field(
+        10, ge=0, description="Connections the members of metis_analyst may hold together (to the whole server); "
+                              "one more login is refused, so the rest stay free for the service.")
+    analyst_statement_timeout_s: float = Field(
+        60.0, ge=0, description="Seconds a statement of a member of metis_analyst may run (the statement_timeout "
+                                "each of their sessions starts with; 0: no limit).")
+
     # -- read replicas (metis_pg.replicas)
     read_database_urls: str = Field(
         "", description="PostgreSQL URLs of streaming read replicas, comma-separated: searches, compare, evaluate "

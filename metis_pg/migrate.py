@@ -28,7 +28,7 @@ __all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_
            "check_revision"]
 
 #: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 
 
 def _migrations_dir() -> Path:
@@ -99,6 +99,24 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     from alembic import command
 
     _run(dsn, lambda cfg: command.upgrade(cfg, revision))
+    if revision == "head":
+        _apply_analyst_limits(dsn)
+
+
+def _apply_analyst_limits(dsn: str) -> None:
+    """Write the analyst limits of the current settings (they may have changed since the migration)."""
+    from . import analyst
+    from .db import connect
+
+    from .db import unavailable
+
+    settings = Settings.from_env()
+    with connect(dsn, settings) as conn:
+        try:
+            analyst.apply_limits(conn, settings)
+            conn.commit()
+        except DATABASE_ERRORS as exc:
+            raise unavailable(exc, settings) from exc
 
 
 def downgrade(dsn: str, revision: str) -> None:
