@@ -225,6 +225,10 @@ def _default_inflight_searches() -> int:
     return 8 * (os.cpu_count() or 1)
 
 
+def _default_search_workers() -> int:
+    return 2 * (os.cpu_count() or 1)
+
+
 class Settings(BaseSettings):
     """Process-wide settings, each read from the environment variable ``METIS_<NAME>``.
 
@@ -256,7 +260,7 @@ class Settings(BaseSettings):
         1.0, gt=0, description="Seconds an admitted HTTP search or compare may wait to start computing; one that "
                                "waits longer is answered 503 OVERLOADED with Retry-After.")
     search_workers: int = Field(
-        default_factory=lambda: 2 * (os.cpu_count() or 1), ge=1,
+        default_factory=_default_search_workers, ge=1,
         description="HTTP searches and compares computed at the same moment (default 2 x cores); the others "
                     "admitted wait in a queue, at most METIS_SEARCH_QUEUE_S.")
     source_roots: str = Field(
@@ -381,6 +385,8 @@ def settings_table() -> str:
             default = "/var/tmp/metis-<uid>"
         elif info.default_factory is _default_inflight_searches:
             default = "8 x cores"
+        elif info.default_factory is _default_search_workers:
+            default = "2 x cores"
         elif info.default in (None, ""):
             default = "(none)"
         else:
