@@ -14,7 +14,7 @@ import pytest
 from metis_pg.errors import UnreadableDocument
 from metis_pg.readers import read_document
 
-from raw_files import docx_bytes
+from raw_files import docx_bomb, docx_bytes
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 WML = "application/vnd.openxmlformats-officedocument.wordprocessingml."
@@ -75,3 +75,62 @@ def test_a_docx_whose_main_part_is_not_a_word_document_says_so(tmp_path):
     with pytest.raises(UnreadableDocument, match=r"corrupt .docx: word/document.xml holds <styles>, not a Word "
                                                  r"document \(<w:document>\)"):
         read_document(path)
+
+
+# -- memory and time per file (item 6) -----------------------------------------------------
+
+
+def test_a_docx_part_inflating_like_a_zip_bomb_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "bomb.docx"
+    path.write_bytes(docx_bomb(xml_mb=20))
+    with pytest.raises(UnreadableDocument, match=r"zip bomb\? word/document.xml inflates [\d,]+ bytes to "
+                                                 r"20,000,\d+, over 100 times"):
+        read_document(path)
+
+
+def test_one_paragraph_too_large_to_hold_is_refused(tmp_path, monkeypatch):
+    from metis_pg.readers import docx as reader
+
+    monkeypatch.setattr(reader, "MAX_BLOCK_ELEMENTS", 1_000)
+    runs = "".join(f"<w:r><w:t>word {i}</w:t></w:r>" for i in range(600))  # 1,200 elements in one paragraph
+    path = tmp_path / "wide.docx"
+    path.write_bytes(rewrite(docx_bytes(2), {"word/document.xml": (b"<w:body>", f"<w:body><w:p>{runs}</w:p>".encode())}))
+    with pytest.raises(UnreadableDocument, match="one paragraph or table holds over 1,000 XML elements"):
+        read_document(path)
+    monkeypatch.setattr(reader, "MAX_BLOCK_ELEMENTS", 10_000)
+    assert "word 599" in read_document(path).text
+
+
+def test_a_page_too_large_for_a_tree_is_read_as_a_stream(tmp_path, monkeypatch):
+    from metis_pg.readers import html as reader
+
+    page = ("<html><head><title>Big</title><style>p {}</style></head><body><h1>Top</h1>\n"
+            + "".join(f"<h2>Part {i}</h2>\n<p>Paragraph {i} &amp; more</p>\n<table><tr><td>a{i}</td><td>b{i}</td>"
+                      "</tr></table>\n" for i in range(50))
+            + "<pre>  kept\n    as is</pre></body></html>")
+    path = tmp_path / "big.html"
+    path.write_text(page, encoding="utf-8")
+    tree = read_document(path)
+    monkeypatch.setattr(reader, "MAX_TREE_CHARS", 100)
+    stream = read_document(path)
+    assert stream.title == tree.title == "Big"
+    assert [(s.headings, s.text, s.line) for s in stream.sections] == [
+        (s.headings, s.text, s.line) for s in tree.sections]
+    assert stream.sections[1].text == "a0 | b0" and stream.sections[1].headings == ("Top", "Part 0")
+    assert "read as a stream" in stream.warnings[0]
+
+
+def test_the_time_budget_grows_with_what_the_file_holds(tmp_path):
+    from metis_pg.chunking import chunk_document
+    from metis_pg.readers import TimeBudgetExceeded, time_budget
+
+    path = tmp_path / "big.txt"
+    path.write_text("A line about the harbour lantern and the ships.\n" * 200_000, encoding="utf-8")  # 9.6 MB
+
+    def read(**rates):
+        with time_budget(0.001, str(path), **rates):
+            return chunk_document(read_document(path))
+
+    with pytest.raises(TimeBudgetExceeded, match=r"big.txt: took longer than 0 s to read: skipped"):
+        read(per_mb_s=0)
+    assert read(per_mb_s=60)  # 0.001 s + 60 s per MB: it reads to the end

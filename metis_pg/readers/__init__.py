@@ -22,6 +22,7 @@ from pathlib import Path
 from ._common import (
     TimeBudgetExceeded,
     check_time_budget,
+    grant_for,
     clean_text,
     display_path,
     time_budget,
@@ -31,7 +32,7 @@ from .document import Document, Section
 from .text import read_text_file
 
 __all__ = [
-    "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document",
+    "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "grant_for",
     "clean_text", "display_path", "kind_of", "read_document", "read_text_file", "time_budget", "versioned_hash",
 ]
 
@@ -103,6 +104,7 @@ def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Do
         raise unreadable(name, "empty file")
     if len(data) > max_bytes:
         raise unreadable(name, f"file too large: over the {max_bytes}-byte limit")
+    grant_for(size_bytes=len(data))  # the time budget scales with the file's size (time_budget)
     reader = importlib.import_module(f".{_READERS[kind]}", __name__)
     return clean_document(reader.read(name, data))
 
