@@ -328,8 +328,9 @@ class Settings(BaseSettings):
 
     # -- indexing
     file_time_budget_s: float = Field(
-        60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "
-                                "reason (checked inside the readers' loops: one library call may overrun it).")
+        60.0, gt=0, description="Seconds reading and chunking one file may take, plus 3 s per MB it holds (a "
+                                ".docx: its XML inflated) and 0.1 s per PDF page; then it is skipped with a reason "
+                                "(checked inside the readers' loops: one library call may overrun it).")
     embed_batch_chunks: int = Field(
         64, ge=1, le=10_000, description="Chunks embedded and written per transaction by the embedding phase of "
                                          "`metis index`: an interruption loses at most this many vectors.")

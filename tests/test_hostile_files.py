@@ -131,6 +131,58 @@ def test_the_time_budget_grows_with_what_the_file_holds(tmp_path):
         with time_budget(0.001, str(path), **rates):
             return chunk_document(read_document(path))
 
-    with pytest.raises(TimeBudgetExceeded, match=r"big.txt: took longer than 0 s to read: skipped"):
+    with pytest.raises(TimeBudgetExceeded, match=r"big.txt: took longer than 0.001 s to read: skipped"):
         read(per_mb_s=0)
     assert read(per_mb_s=60)  # 0.001 s + 60 s per MB: it reads to the end
+
+
+# -- reading a file once, safely (items 2 and 3) ---------------------------------------------
+
+
+def test_a_fifo_is_refused_at_once_not_opened_for_ever(tmp_path):
+    import os
+    import time
+
+    fifo = tmp_path / "notes.txt"
+    os.mkfifo(fifo)  # no writer: a blocking open would wait for ever
+    started = time.monotonic()
+    with pytest.raises(UnreadableDocument, match=r"notes.txt: a FIFO \(named pipe\), not a regular file: skipped"):
+        read_document(fifo)
+    assert time.monotonic() - started < 5
+
+
+def test_a_read_blocked_in_the_kernel_is_given_up_within_the_budget(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from metis_pg.readers import files, time_budget
+
+    path = tmp_path / "stalled.txt"
+    path.write_text("text on a stalled network file system", encoding="utf-8")
+    release = threading.Event()
+    real_read = files.os.read
+
+    def stalled(fd, n):  # a read that does not return, as on a hung NFS mount
+        release.wait(30)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(files.os, "read", stalled)
+    started = time.monotonic()
+    try:
+        with time_budget(0.5, str(path)), pytest.raises(UnreadableDocument, match="reading did not finish within"):
+            read_document(path)
+    finally:
+        release.set()
+    assert time.monotonic() - started < 5
+
+
+def test_a_file_that_became_a_link_is_not_followed(tmp_path):
+    from metis_pg.readers import read_file_once
+
+    target = tmp_path / "secret.txt"
+    target.write_text("secret", encoding="utf-8")
+    link = tmp_path / "notes.txt"
+    link.symlink_to(target)
+    with pytest.raises(UnreadableDocument, match="became a symbolic link after the folder was listed"):
+        read_file_once(str(link), max_bytes=1000)
+    assert read_document(link).text == "secret"  # read_document follows a link it is given, then opens the target

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import stat
 from pathlib import Path
 
+from ..errors import UnreadableDocument
 from ._common import (
     TimeBudgetExceeded,
     check_time_budget,
+    budget_left,
     grant_for,
     clean_text,
     display_path,
@@ -29,11 +30,12 @@ from ._common import (
     unreadable,
 )
 from .document import Document, Section
+from .files import read_file_once
 from .text import read_text_file
 
 __all__ = [
     "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "grant_for",
-    "clean_text", "display_path", "kind_of", "read_document", "read_text_file", "time_budget", "versioned_hash",
+    "clean_text", "display_path", "kind_of", "read_document", "read_file_once", "read_text_file", "time_budget", "versioned_hash",
 ]
 
 #: File extension (lower case) → document kind.
@@ -73,37 +75,38 @@ def versioned_hash(sha256_hex: str, kind: str | None) -> str:
     return sha256_hex if version == 1 else f"{sha256_hex}:reader{version}"
 
 
-def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Document:
+def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000, data: bytes | None = None) -> Document:
     """Return the file at ``path`` read into a Document.
 
     Args:
-        path: the file; kept as given in ``Document.path``.
+        path: the file; kept as given in ``Document.path``. A symbolic link is followed
+            to its target, which is then opened without following links (:func:`read_file_once`).
         max_bytes: larger files are refused (bytes).
+        data: the file's bytes, already read (the indexer hashes and parses the same bytes);
+            None: read them here, once, within the time budget left (:func:`read_file_once`).
 
     Raises:
-        UnreadableDocument: unknown extension, missing or unopenable file, empty
-            file, file over ``max_bytes``, or a reader's refusal (binary text,
-            truncated / encrypted / text-less PDF, broken .docx or zip bomb).
-            The message names the file and the reason.
+        UnreadableDocument: unknown extension, missing or unopenable file, not a regular
+            file (a FIFO, a device), empty file, file over ``max_bytes``, a read that did
+            not finish within the budget, or a reader's refusal (binary text, truncated /
+            encrypted / text-less PDF, broken .docx or zip bomb). The message names the
+            file and the reason.
     """
     name = os.fspath(path)
     kind = kind_of(name)
     if kind is None:
         raise unreadable(name, f"unknown kind {Path(name).suffix or '(no extension)'!r} (reads {', '.join(KINDS)})")
-    try:
-        info = os.stat(name)
-        if not stat.S_ISREG(info.st_mode):
-            raise unreadable(name, "not a regular file")
-        if info.st_size > max_bytes:
-            raise unreadable(name, f"file too large: {info.st_size} bytes, over the {max_bytes}-byte limit")
-        with open(name, "rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as exc:
-        raise unreadable(name, f"cannot open: {exc.strerror or exc}") from exc
+    if data is None:
+        target = os.path.realpath(name) if os.path.islink(name) else name
+        try:
+            left = budget_left()  # a read blocked in the kernel is given up with the budget (2 s at least)
+            data = read_file_once(target, max_bytes=max_bytes, timeout_s=None if left is None else max(left, 2.0))
+        except UnreadableDocument as exc:
+            raise UnreadableDocument(exc.message.replace(display_path(target), display_path(name), 1)) from exc
     if not data:
         raise unreadable(name, "empty file")
     if len(data) > max_bytes:
-        raise unreadable(name, f"file too large: over the {max_bytes}-byte limit")
+        raise unreadable(name, f"file too large: {len(data)} bytes, over the {max_bytes}-byte limit")
     grant_for(size_bytes=len(data))  # the time budget scales with the file's size (time_budget)
     reader = importlib.import_module(f".{_READERS[kind]}", __name__)
     return clean_document(reader.read(name, data))

@@ -93,9 +93,9 @@ class TimeBudgetExceeded(UnreadableDocument):
 
 
 #: Seconds of budget a file earns per MB it holds (its bytes; a .docx: its XML inflated), beyond the base
-#: budget: ``METIS_FILE_TIME_PER_MB_S``. Measured: 0.5-4 s per MB of pathological text or markup.
-DEFAULT_PER_MB_S = 5.0
-#: Seconds of budget a PDF earns per page: ``METIS_FILE_TIME_PER_PAGE_S``. pypdf extracts 10-50 ms per page.
+#: budget. Measured at load 5-9: 0.01-4 s per MB of pathological text or markup, 0.8 s per MB of .docx XML.
+DEFAULT_PER_MB_S = 3.0
+#: Seconds of budget a PDF earns per page. pypdf extracts 10-50 ms per page.
 DEFAULT_PER_PAGE_S = 0.1
 
 
@@ -154,6 +154,12 @@ def grant_for(*, size_bytes: int = 0, pages: int = 0) -> None:
         budget.seconds += budget.per_mb_s * size_bytes / 1e6 + budget.per_page_s * pages
 
 
+def budget_left() -> float | None:
+    """Seconds left of the current file's time budget (None outside :func:`time_budget`; 0 once spent)."""
+    budget = _BUDGET.get()
+    return None if budget is None else max(0.0, budget.deadline - time.monotonic())
+
+
 def check_time_budget() -> None:
     """Raise :class:`TimeBudgetExceeded` if the current file's time budget has run out.
 
@@ -162,7 +168,7 @@ def check_time_budget() -> None:
     """
     budget = _BUDGET.get()
     if budget is not None and time.monotonic() > budget.deadline:
-        raise TimeBudgetExceeded(f"{display_path(budget.path)}: took longer than {round(budget.seconds, 1):g} s to read: skipped")
+        raise TimeBudgetExceeded(f"{display_path(budget.path)}: took longer than {budget.seconds:.3g} s to read: skipped")
 
 
 def decode_text(data: bytes, path: str, *, declared: str | None = None) -> str:
