@@ -74,7 +74,7 @@ class SearchCounts:
             closing: the last flush (the Metis closes): wait up to :data:`CLOSING_WAIT_S`
                 for a connection and the row locks, then drop what is still busy with a WARNING.
         """
-        from .storage import _count_failed  # one WARNING per cause, shared with storage.count_search
+        from .storage.counts import _count_failed  # one WARNING per cause, shared with storage.count_search
 
         pool = self._pool()
         if pool is None or not self._writing.acquire(blocking=closing):
@@ -99,7 +99,7 @@ class SearchCounts:
                     with self._lock:
                         self._pending.update(batch)  # written with the next count
                 elif not isinstance(_cause(exc), psycopg.errors.ForeignKeyViolation):
-                    _count_failed(exc)
+                    _count_failed(exc, getattr(pool, "settings", None))
         finally:
             self._writing.release()
 

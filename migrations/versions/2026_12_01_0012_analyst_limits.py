@@ -11,9 +11,10 @@ LIMIT`` and ``ALTER ROLE ... SET`` do not apply to its members' logins, so:
 
 - ``analyst_limits`` (one row): ``max_connections`` the members of
   ``metis_analyst`` may hold together, and the ``statement_timeout_ms`` each of
-  their sessions starts with. Written here from ``METIS_ANALYST_MAX_CONNECTIONS``
-  (10) and ``METIS_ANALYST_STATEMENT_TIMEOUT_S`` (60), and again by every
-  ``metis db upgrade`` / ``metis serve`` (:func:`metis_pg.analyst.apply_limits`).
+  their sessions starts with. Written here with the defaults of
+  ``METIS_ANALYST_MAX_CONNECTIONS`` (10) and ``METIS_ANALYST_STATEMENT_TIMEOUT_S``
+  (60), then with the settings in use by every ``metis db upgrade`` / ``metis
+  serve`` (:func:`metis_pg.analyst.apply_limits`).
 - ``metis_analyst_login()`` (``sql/analyst/login_limits.v1.sql``) and the login
   event trigger ``metis_analyst_login`` on this database: each member's login
   gets the timeout, and one more than the limit is refused (SQLSTATE 53300).
@@ -52,11 +53,12 @@ def upgrade() -> None:
     )
     op.execute("COMMENT ON TABLE analyst_limits IS 'Limits of the members of metis_analyst, read at each of "
                "their logins (METIS_ANALYST_MAX_CONNECTIONS, METIS_ANALYST_STATEMENT_TIMEOUT_S)'")
-    settings = Settings.from_env()
+    # The settings' defaults; metis_pg.migrate.upgrade then writes the values of the settings in use.
+    defaults = Settings.model_fields
     op.get_bind().exec_driver_sql(
         sqlfiles.load("analyst/set_limits"),
-        {"max_connections": settings.analyst_max_connections,
-         "statement_timeout_ms": round(settings.analyst_statement_timeout_s * 1000)},
+        {"max_connections": defaults["analyst_max_connections"].default,
+         "statement_timeout_ms": round(defaults["analyst_statement_timeout_s"].default * 1000)},
     )
     op.execute(sqlfiles.load("analyst/login_limits.v1"))
     op.execute("REVOKE ALL ON FUNCTION metis_analyst_login() FROM PUBLIC")
