@@ -75,7 +75,12 @@ def versioned_hash(sha256_hex: str, kind: str | None) -> str:
     return sha256_hex if version == 1 else f"{sha256_hex}:reader{version}"
 
 
-def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000, data: bytes | None = None) -> Document:
+#: Characters kept of a title and of each heading by default (``METIS_TITLE_MAX_CHARS``).
+MAX_TITLE_CHARS = 300
+
+
+def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000, data: bytes | None = None,
+                  max_title_chars: int = MAX_TITLE_CHARS) -> Document:
     """Return the file at ``path`` read into a Document.
 
     Args:
@@ -84,6 +89,9 @@ def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000, data:
         max_bytes: larger files are refused (bytes).
         data: the file's bytes, already read (the indexer hashes and parses the same bytes);
             None: read them here, once, within the time budget left (:func:`read_file_once`).
+        max_title_chars: characters kept of the title and of each heading (cut at a word, with
+            an ellipsis): they prefix every chunk's embedding text, so a PDF's /Info title of
+            100 kB would make every chunk's text too long for the model.
 
     Raises:
         UnreadableDocument: unknown extension, missing or unopenable file, not a regular
@@ -109,18 +117,30 @@ def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000, data:
         raise unreadable(name, f"file too large: {len(data)} bytes, over the {max_bytes}-byte limit")
     grant_for(size_bytes=len(data))  # the time budget scales with the file's size (time_budget)
     reader = importlib.import_module(f".{_READERS[kind]}", __name__)
-    return clean_document(reader.read(name, data))
+    return clean_document(reader.read(name, data), max_title_chars=max_title_chars)
 
 
-def clean_document(doc: Document) -> Document:
+def _cut(text: str, limit: int | None) -> str:
+    """`text` cut to at most `limit` characters, at a word when one ends in its last fifth, with "…"."""
+    if limit is None or len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space > limit * 4 // 5:
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+def clean_document(doc: Document, *, max_title_chars: int | None = None) -> Document:
     """Return ``doc`` with every NUL and surrogate in its strings replaced by U+FFFD (see :func:`clean_text`).
 
     ``path`` stays as given; sections stay slices of ``text`` (the replacement is one character for one).
-    In the title and headings, which no offset points into, a NUL is dropped instead.
+    In the title and headings, which no offset points into, a NUL is dropped instead, and each is
+    cut to `max_title_chars` (None: kept whole).
     """
 
     def label(text: str) -> str:
-        return clean_text(text.replace("\x00", ""))
+        return _cut(clean_text(text.replace("\x00", "")), max_title_chars)
 
     sections = tuple(
         Section(tuple(label(h) for h in s.headings), clean_text(s.text), s.page, s.line, s.char_start,

@@ -25,6 +25,7 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Callable
 
 from ..errors import UnreadableDocument
 from ._common import unreadable
@@ -42,13 +43,16 @@ def _what(mode: int) -> str:
     return next((words for test, words in _KINDS if test(mode)), "not a regular file")
 
 
-def read_file_once(path: str, *, max_bytes: int, timeout_s: float | None = None) -> bytes:
+def read_file_once(path: str, *, max_bytes: int, timeout_s: float | None = None,
+                   too_large: Callable[[int], str] | None = None) -> bytes:
     """Return the bytes of the regular file at `path` (rules in the module docstring).
 
     Args:
         path: the file; a symbolic link is refused (resolve it first).
         max_bytes: larger files are refused.
         timeout_s: seconds the open and the reading may take (None: no bound).
+        too_large: the reason given for a file of that many bytes over `max_bytes` (default:
+            ``file too large: N bytes, over the M-byte limit``).
 
     Raises:
         UnreadableDocument: not a regular file (named: "a FIFO (named pipe)"), a symbolic
@@ -59,7 +63,7 @@ def read_file_once(path: str, *, max_bytes: int, timeout_s: float | None = None)
 
     def work() -> None:
         try:
-            result["data"] = _read(path, max_bytes)
+            result["data"] = _read(path, max_bytes, too_large)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             result["error"] = exc
         finally:
@@ -77,7 +81,13 @@ def read_file_once(path: str, *, max_bytes: int, timeout_s: float | None = None)
     return result["data"]  # type: ignore[return-value]
 
 
-def _read(path: str, max_bytes: int) -> bytes:
+def _read(path: str, max_bytes: int, too_large: Callable[[int], str] | None) -> bytes:
+    def refused(size: int | None) -> UnreadableDocument:
+        if too_large is not None and size is not None:
+            return unreadable(path, too_large(size))
+        shown = f"{size} bytes, over" if size is not None else "over"
+        return unreadable(path, f"file too large: {shown} the {max_bytes}-byte limit")
+
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -90,7 +100,7 @@ def _read(path: str, max_bytes: int) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise unreadable(path, f"{_what(info.st_mode)}, not a regular file: skipped")
         if info.st_size > max_bytes:
-            raise unreadable(path, f"file too large: {info.st_size} bytes, over the {max_bytes}-byte limit")
+            raise refused(info.st_size)
         os.set_blocking(fd, True)  # a regular file: reads wait for the disk, as they should
         parts: list[bytes] = []
         size = 0
@@ -107,5 +117,5 @@ def _read(path: str, max_bytes: int) -> bytes:
     finally:
         os.close(fd)
     if size > max_bytes:
-        raise unreadable(path, f"file too large: over the {max_bytes}-byte limit")
+        raise refused(None)
     return b"".join(parts)
