@@ -328,9 +328,35 @@ class Settings(BaseSettings):
 
     # -- indexing
     file_time_budget_s: float = Field(
-        60.0, gt=0, description="Seconds reading and chunking one file may take, plus 3 s per MB it holds (a "
-                                ".docx: its XML inflated) and 0.1 s per PDF page; then it is skipped with a reason "
-                                "(checked inside the readers' loops: one library call may overrun it).")
+        60.0, gt=0, description="Seconds reading and chunking one file may take, plus METIS_FILE_TIME_PER_MB_S per "
+                                "MB it holds and METIS_FILE_TIME_PER_PAGE_S per PDF page; then it is skipped with a "
+                                "reason (checked inside the readers' loops: one library call may overrun it).")
+    file_time_per_mb_s: float = Field(
+        3.0, ge=0, description="Seconds of reading budget a file earns per MB it holds (a .docx: its XML "
+                               "inflated), beyond METIS_FILE_TIME_BUDGET_S: a big honest file gets the time its "
+                               "size needs.")
+    file_time_per_page_s: float = Field(
+        0.1, ge=0, description="Seconds of reading budget a PDF earns per page, beyond METIS_FILE_TIME_BUDGET_S "
+                               "(a 10,000-page PDF: 1,000 s more).")
+    title_max_chars: int = Field(
+        300, ge=10, description="Characters kept of a document's title and of each heading (a PDF's /Info title of "
+                                "100 kB is cut at reading, at a word, with an ellipsis): they prefix every chunk's "
+                                "embedding text.")
+    embed_max_chars: int = Field(
+        8_000, ge=100, description="Characters of a chunk's embedding text (title, headings, text) sent to the "
+                                   "embedding model at most; the rest is cut (models read 512-8,192 tokens; "
+                                   "metis eos serve refuses texts over 100,000 characters).")
+    disk_free_margin_bytes: int = Field(
+        1_000_000_000, ge=0, description="Bytes of the embedded server's disk indexing leaves free for searches and "
+                                         "the WAL (or METIS_DISK_FREE_MARGIN_PCT of the disk, whichever is larger): "
+                                         "a write that would eat into it stops the run with DISK_FULL (exit code 8).")
+    disk_free_margin_pct: float = Field(
+        5.0, ge=0, le=100, description="Percent of the embedded server's disk indexing leaves free (see "
+                                       "METIS_DISK_FREE_MARGIN_BYTES).")
+    database_max_bytes: int | None = Field(
+        None, gt=0, description="A server of your own (its disk is not measured from here): the bytes its database "
+                                "may hold (pg_database_size); a write that would pass it stops the run with "
+                                "DISK_FULL. Unset: not checked.")
     embed_batch_chunks: int = Field(
         64, ge=1, le=10_000, description="Chunks embedded (one call of the model client) and written per "
                                          "transaction by the embedding phase of `metis index`, by `metis base "
