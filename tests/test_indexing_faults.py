@@ -251,7 +251,7 @@ def test_a_disk_too_full_for_the_next_write_stops_indexing_with_disk_full(metis,
     assert "the database's disk is nearly full: 900 MB free in " in message and "pgdata" in message
     assert "this write needs about" in message
     assert re.search(r"[\d.]+ GB stay free for searches and the WAL \(METIS_DISK_FREE_MARGIN_BYTES", message), message
-    assert caught.value.code == "DISK_FULL" and caught.value.exit_code == 8
+    assert caught.value.code == "DISK_FULL" and caught.value.exit_code == 9
     monkeypatch.undo()
     info = metis.base(base_name)
     assert info.status != "indexing" and info.documents == 0
