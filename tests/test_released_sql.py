@@ -40,6 +40,8 @@ RELEASED: dict[str, tuple[str, str]] = {
     "search/bm25_top_k.v1": ("0011", "2dcc8a56a3e85c583cb1e3ead11e2a9460e6288458628a7880c95ad68366164f"),
     "views/postings.v1": ("0011", "482473498cbdf8bb327f9dd7d2b4f33e79f7a978f60db860a1cf0713eec569ec"),
     "search/bm25_top_k.v2": ("0012", "4417812e68b5ba498bdbe3864b1ea79ae531cc2d9b39cfa4b756b7bcebb60ad4"),
+    "analyst/login_limits.v1": ("0013", "d6d38ef9ce12dc510744903d82de1a0db232ed25c24dc5cbbc6e205bd6dbda29"),
+    "analyst/set_limits": ("0013", "3fe2208c9696badd527a4e9f519bbf23ac0c01b1a33e6c4e538f47d8e168f590"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
