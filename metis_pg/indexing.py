@@ -77,6 +77,7 @@ class _Run:
     """Counters of one indexing run."""
 
     base: str
+    base_id: int = 0
     read: int = 0
     new: int = 0
     changed: int = 0
@@ -334,7 +335,7 @@ def index_paths(
     """
     started = time.perf_counter()
     spec = BaseSpec.from_json(base.spec)
-    run = _Run(base=base.name)
+    run = _Run(base=base.name, base_id=base.base_id)
     budget = Settings.from_env().file_time_budget_s if file_time_budget_s is None else file_time_budget_s
     unlisted: dict[Path, str] = {}
 
@@ -550,7 +551,7 @@ def _read_file(
     for w in document.warnings:
         run.warnings.append(f"{rel}: {w}")
     with pool.connection() as conn:
-        reuse = storage.reusable_vectors(conn, known[0], spec.fingerprint) if known else {}
+        reuse = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint) if known else {}
     vectors = _reused_vectors(chunks, reuse)
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
     return storage.PendingDocument(meta, chunks, vectors, replaces=known[0] if known else None)

@@ -316,11 +316,12 @@ def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[
 
 def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:
     """Set a base's status (``ready``, ``indexing``, ``waiting``); `indexed` stamps last_indexed_at."""
-    conn.execute(
-        "UPDATE bases SET status = %s, last_indexed_at = CASE WHEN %s THEN now() ELSE last_indexed_at END"
-        " WHERE base_id = %s",
-        (status, indexed, base_id),
-    )
+    # Two statements, not a CASE around now(): Citus refuses a function that is not IMMUTABLE
+    # inside a CASE of a write to a reference table.
+    if indexed:
+        conn.execute("UPDATE bases SET status = %s, last_indexed_at = now() WHERE base_id = %s", (status, base_id))
+    else:
+        conn.execute("UPDATE bases SET status = %s WHERE base_id = %s", (status, base_id))
 
 
 def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str | None, *,
@@ -366,9 +367,10 @@ def document_hashes(conn: psycopg.Connection, source_id: int) -> dict[str, tuple
     return {path: (document_id, content_hash) for path, document_id, content_hash in rows}
 
 
-def reusable_vectors(conn: psycopg.Connection, document_id: int, model: str) -> dict[str, Any]:
+def reusable_vectors(conn: psycopg.Connection, base_id: int, document_id: int, model: str) -> dict[str, Any]:
     """Return ``{embedding_text: vector}`` of a document's current chunks for `model`."""
-    rows = conn.execute(sqlfiles.load("storage/reusable_vectors"), {"document_id": document_id, "model": model})
+    rows = conn.execute(sqlfiles.load("storage/reusable_vectors"),
+                        {"base_id": base_id, "document_id": document_id, "model": model})
     reuse = {}
     for title, headings, text, vector in rows:
         reuse[embedding_text(title, headings, text)] = vector
@@ -377,10 +379,12 @@ def reusable_vectors(conn: psycopg.Connection, document_id: int, model: str) -> 
 
 def _delete_document_rows(conn: psycopg.Connection, base_id: int, document_id: int) -> None:
     totals = conn.execute(
-        "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE document_id = %s", (document_id,)
+        "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE base_id = %s AND document_id = %s",
+        (base_id, document_id),
     ).fetchone()
     conn.execute(sqlfiles.load("storage/bm25_remove_document"), {"base_id": base_id, "document_id": document_id})
-    conn.execute("DELETE FROM documents WHERE document_id = %s", (document_id,))  # chunks, vectors cascade
+    conn.execute("DELETE FROM documents WHERE base_id = %s AND document_id = %s",  # chunks, vectors cascade
+                 (base_id, document_id))
     conn.execute(
         sqlfiles.load("storage/bm25_totals_add"),
         {"base_id": base_id, "chunks": -totals[0], "terms": -int(totals[1])},
@@ -581,13 +585,17 @@ def _write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
                 max_tf[term] = row[1]
             if row[2] < min_length.get(term, 1 << 30):
                 min_length[term] = row[2]
+        def statistics(terms: list[str]) -> dict[str, Any]:
+            return {"base_id": base_id, "terms": "\n".join(terms),
+                    "dfs": _int_array([document_frequency[t] for t in terms]),
+                    "max_tfs": _int_array([max_tf[t] for t in terms]),
+                    "min_lengths": _int_array([min_length[t] for t in terms])}
+
         terms = list(document_frequency)
-        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
-            "base_id": base_id, "terms": "\n".join(terms),
-            "dfs": _int_array([document_frequency[t] for t in terms]),
-            "max_tfs": _int_array([max_tf[t] for t in terms]),
-            "min_lengths": _int_array([min_length[t] for t in terms]),
-        }).fetchall())
+        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), statistics(terms)).fetchall())
+        new_terms = [t for t in terms if t not in term_ids]
+        if new_terms:
+            term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
         # In primary-key order (term, block, tier): each term's new rows land next to each other in
         # the index. COPY in text, formatted here: psycopg formats lists in Python, row by row.
         ordered = sorted((term_ids[term], block, tier_, row) for (term, tier_, block), row in rows.items())

@@ -1,0 +1,80 @@
+"""Citus-ready: no ON DELETE SET NULL on facts, chunks_without_vector joined on base_id
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-12-01
+
+Found by running metis on Citus 14.0 (docs/scaling.md, issue 22):
+
+- ``facts_superseded_by_fkey`` was ``ON DELETE SET NULL``; Citus refuses SET NULL (and SET
+  DEFAULT) on a foreign key that holds the distribution column (``sql/citus/keys.sql`` makes it
+  ``(base_id, superseded_by)``). It becomes a plain foreign key (NO ACTION) in both shapes of
+  the schema. Nothing deletes a fact alone: a fact that replaced another goes with its base,
+  in the statement that deletes the one it replaced too, so no check ever fails.
+- ``chunks_without_vector(base_id, model)`` matched a chunk's vectors by ``chunk_id`` alone: a
+  correlated subquery between two distributed tables not joined on their distribution column,
+  which Citus refuses ("complex joins are only supported when all distributed tables are
+  co-located and joined on their distribution columns"). It now joins on ``base_id`` too (the
+  key of ``embeddings`` starts with it in the Citus shape; on one node the old plan stays).
+- ``bm25_top_k`` v2 (``sql/search/bm25_top_k.v2.sql``): every read of a distributed table in
+  its statement filtered by ``base_id = ANY(p_base_ids)`` itself, so that Citus routes one
+  base's call to the worker holding it. Downgrade loads v1 again.
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+from metis_pg import sqlfiles
+
+revision: str = "0012"
+down_revision: str | None = "0011"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+#: Re-create facts_superseded_by_fkey on the same columns (one node: superseded_by; keyed by
+#: sql/citus/keys.sql: base_id, superseded_by), with the ON DELETE action given.
+_REKEY_SUPERSEDED = """
+DO $fk$
+DECLARE
+    columns text;
+    target text;
+BEGIN
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord),
+           string_agg(quote_ident(fa.attname), ', ' ORDER BY k.ord)
+    INTO columns, target
+    FROM pg_constraint AS c
+    CROSS JOIN LATERAL unnest(c.conkey, c.confkey) WITH ORDINALITY AS k (attnum, fattnum, ord)
+    JOIN pg_attribute AS a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
+    JOIN pg_attribute AS fa ON fa.attrelid = c.confrelid AND fa.attnum = k.fattnum
+    WHERE c.conname = 'facts_superseded_by_fkey' AND c.conrelid = 'facts'::regclass;
+    EXECUTE 'ALTER TABLE facts DROP CONSTRAINT facts_superseded_by_fkey';
+    EXECUTE format('ALTER TABLE facts ADD CONSTRAINT facts_superseded_by_fkey FOREIGN KEY (%s)'
+                   ' REFERENCES documents (%s) %s', columns, target, '{action}');
+END
+$fk$
+"""
+
+_CHUNKS_WITHOUT_VECTOR = """
+CREATE OR REPLACE FUNCTION chunks_without_vector(base_id integer, model text) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT count(*)
+    FROM chunks AS c
+    WHERE c.base_id = chunks_without_vector.base_id
+      AND NOT EXISTS (SELECT 1 FROM embeddings AS e
+                      WHERE {join} AND e.model = chunks_without_vector.model)
+$$
+"""
+
+
+def upgrade() -> None:
+    op.execute(_REKEY_SUPERSEDED.replace("{action}", ""))
+    op.execute(_CHUNKS_WITHOUT_VECTOR.replace("{join}", "e.base_id = c.base_id AND e.chunk_id = c.chunk_id"))
+    op.execute(sqlfiles.load("search/bm25_top_k.v2"))
+
+
+def downgrade() -> None:
+    op.execute(sqlfiles.load("search/bm25_top_k.v1"))
+    op.execute(_CHUNKS_WITHOUT_VECTOR.replace("{join}", "e.chunk_id = c.chunk_id"))
+    # On one node only: SET NULL of a composite key would set base_id NULL too.
+    op.execute(_REKEY_SUPERSEDED.replace("{action}", "ON DELETE SET NULL"))
