@@ -41,7 +41,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .config import Settings
-from .errors import DatabaseUnavailable
+from .errors import DatabaseUnavailable, DatabaseUnsupported
 
 __all__ = [
     "resolve_dsn", "open_pool", "embedded_dsn", "sqlalchemy_url", "Pool", "unavailable", "connect",
@@ -484,6 +484,16 @@ def unavailable(exc: BaseException, settings: Settings | None = None) -> Databas
     return DatabaseUnavailable(f"the database is unavailable: {cause_of(exc, settings)}")
 
 
+def unsupported(exc: BaseException) -> DatabaseUnsupported:
+    """Return the DatabaseUnsupported that stands for a FeatureNotSupported error (raise it ``from exc``):
+    the server's message and its detail, on one line."""
+    diag = getattr(exc, "diag", None)
+    primary = (getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]).strip()
+    detail = getattr(diag, "message_detail", None)
+    return DatabaseUnsupported(f"the database cannot run this statement: {primary}"
+                               + (f" ({detail.strip()})" if detail else ""))
+
+
 def _connect_timeout(settings: Settings) -> int:
     # libpq takes whole seconds, and treats 1 as 2.
     return max(2, math.ceil(settings.database_wait_s))
@@ -609,6 +619,8 @@ class Pool:
                 yield conn
         except DATABASE_ERRORS as exc:
             raise unavailable(exc, self.settings) from exc
+        except pg_errors.FeatureNotSupported as exc:  # chiefly Citus: what it cannot plan on distributed tables
+            raise unsupported(exc) from exc
         finally:
             pool.putconn(conn)
 

@@ -9,7 +9,7 @@ the row stamps, and knows nothing of models, reranking or memories.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from . import sqlfiles
 from .errors import InvalidInput
 from .readers import KINDS
 
-__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms",
+__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "fuse_bases",
            "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
 
 #: A question word this long (characters, letters only) that no chunk holds is looked for
@@ -130,6 +130,36 @@ class LegTimes:
 def leg_limit(top_k: int) -> int:
     """Rows each leg keeps: 50 or 4 x top_k, whichever is more (SPEC F5, F6)."""
     return max(50, 4 * top_k)
+
+
+def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int,
+               dense_weight: float, keyword_weight: float) -> list[Candidate]:
+    """Fuse the answers of one statement per base as the statement over all of them would.
+
+    Each list holds every passage either leg of its base's statement kept (``2 x
+    leg_limit(legs_top_k)`` fused rows asked). The dense leg over all the bases is the
+    best ``leg_limit(legs_top_k)`` of them by cosine (ties by chunk_id), the keyword leg the
+    best by BM25 (each base's score with its own statistics), ranks from 1; fused as in
+    ``sql/search/hybrid.sql``: sum of weight / (rrf_k + rank) (Cormack et al. 2009), ties by
+    chunk_id. Returns the best `top_k`.
+    """
+    limit = leg_limit(legs_top_k)
+    every = [c for found in per_base for c in found]
+    dense = sorted((c for c in every if c.dense is not None), key=lambda c: (-c.dense, c.chunk_id))[:limit]
+    keyword = sorted((c for c in every if c.keyword is not None), key=lambda c: (-c.keyword, c.chunk_id))[:limit]
+    dense_rank = {c.chunk_id: r for r, c in enumerate(dense, start=1)}
+    keyword_rank = {c.chunk_id: r for r, c in enumerate(keyword, start=1)}
+    fused = []
+    for c in every:
+        d, k = dense_rank.get(c.chunk_id), keyword_rank.get(c.chunk_id)
+        if d is None and k is None:
+            continue
+        score = (dense_weight / (rrf_k + d) if d is not None else 0.0) + (
+            keyword_weight / (rrf_k + k) if k is not None else 0.0)
+        fused.append(replace(c, dense=c.dense if d is not None else None, dense_rank=d,
+                             keyword=c.keyword if k is not None else None, keyword_rank=k, fused=score))
+    fused.sort(key=lambda c: (-c.fused, c.chunk_id))
+    return fused[:top_k]
 
 
 def _ms(later: datetime, earlier: datetime) -> float:
