@@ -26,6 +26,7 @@ from . import db, documents, indexing, migrate, notes, replicas, retrieval, stor
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .errors import (
     BaseNotFound,
+    DatabaseUnavailable,
     EmbeddingModelUnavailable,
     InvalidInput,
     MetisError,
@@ -79,8 +80,7 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
     metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     try:
         if not upgrade:
-            with metis.pool.connection() as conn:
-                created = migrate.check_revision(conn, resolved)
+            created = metis._check_revision(resolved)
             if created:  # the pool's connections predate the pgvector types
                 metis.close()
                 metis = Metis(resolved, read_dsns=replicas_, settings=settings)
@@ -103,11 +103,33 @@ class Metis:
     def __init__(self, dsn: str, *, pool: ConnectionPool | None = None, read_dsns: Sequence[str] = (),
                  settings: Settings | None = None) -> None:
         self.dsn = dsn
-        self.pool = pool or db.open_pool(dsn, settings=settings)
+        # With read replicas the primary's pool does not wait for a first connection: when the
+        # primary is down the replicas still serve reads (docs/scaling.md).
+        self.pool = pool or db.Pool(dsn, settings=settings, lazy=bool(read_dsns))
         self._embedders: dict[BaseSpec, Embedder] = {}
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
         self.replicas = (replicas.ReadRouter(self.pool, read_dsns, settings, primary_dsn=dsn)
                          if read_dsns else None)
+
+    def _check_revision(self, dsn: str) -> bool:
+        """:func:`metis_pg.migrate.check_revision` on the primary; with the primary down, the
+        stored revision is read on a replica (nothing can be created there: SchemaOutOfDate
+        or DatabaseUnavailable as on the primary)."""
+        try:
+            with self.pool.connection() as conn:
+                return migrate.check_revision(conn, dsn)
+        except DatabaseUnavailable:
+            if self.replicas is None:
+                raise
+
+            def read(pool: db.Pool) -> bool:
+                with pool.connection() as conn:
+                    if migrate.stored_revision(conn) is None:
+                        raise DatabaseUnavailable("the primary cannot be reached and the replica holds no metis"
+                                                     " schema")
+                    return migrate.check_revision(conn, dsn)
+
+            return self.replicas.run(read)[0]
 
     def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> "tuple[T, list[SearchWarning]]":
         """Run ``read(pool)`` on a read replica when there are any (else on the primary); return
@@ -464,7 +486,7 @@ class Metis:
         Raises:
             BaseNotFound: no such base.
         """
-        return documents.list_sources(self.pool, self._base_row(base))
+        return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)))[0]
 
     def reindex(self, base: str, *, only: Sequence[str] | None = None,
                 on_source: "Callable[[documents.SourceInfo], None] | None" = None,
@@ -522,7 +544,7 @@ class Metis:
         Raises:
             BaseNotFound: no such base.
         """
-        return documents.list_documents(self.pool, self._base_row(base), prefix, source)
+        return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source))[0]
 
     def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
         """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
@@ -533,7 +555,7 @@ class Metis:
             InvalidInput: no target, or a malformed one.
             NotFound: a target matches no document, or the document has no such line or page.
         """
-        return documents.get_documents(self.pool, self._base_row(base), targets, source)
+        return self._read(lambda pool: documents.get_documents(pool, self._base_row(base, pool), targets, source))[0]
 
     def get_chunk(self, base: str, chunk_id: int) -> "documents.DocumentText":
         """Read back one chunk of `base` by its id (a search result's ``chunk_id``).
@@ -541,7 +563,7 @@ class Metis:
         Raises:
             BaseNotFound: no such base. NotFound: no such chunk in it.
         """
-        return documents.get_chunk(self.pool, self._base_row(base), chunk_id)
+        return self._read(lambda pool: documents.get_chunk(pool, self._base_row(base, pool), chunk_id))[0]
 
     # -- search ------------------------------------------------------------
 

@@ -544,16 +544,23 @@ class Pool:
     """
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None,
-                 pgdata: Path | None = None) -> None:
+                 pgdata: Path | None = None, lazy: bool = False) -> None:
         self.settings = settings or Settings.from_env()
         self.min_size, self.max_size = min_size, max_size
         self._pgdata = pgdata if pgdata is not None else _embedded.get(dsn)
         self._closed = False
-        self._pool = self._open(dsn)
+        #: Seconds a failed checkout keeps this pool failing at once (0: every checkout waits);
+        #: a primary with read replicas sets it, so that writes fail at once while reads go on.
+        self.fail_fast_s = 0.0
+        self._down_until = 0.0
+        self._down_cause = ""
+        self._pool = self._open(dsn, lazy=lazy)
 
     # -- psycopg's pool, configured ----------------------------------------------------
 
-    def _open(self, dsn: str) -> _RecordingPool:
+    def _open(self, dsn: str, *, lazy: bool = False) -> _RecordingPool:
+        """Open psycopg's pool; `lazy`: do not wait for a first connection (it is made in the
+        background, a checkout waits for it): a primary that is down does not stop its replicas."""
         wait = self.settings.database_wait_s
         pool = _RecordingPool(
             dsn, min_size=self.min_size, max_size=self.max_size, configure=self._configure, check=self._check,
@@ -564,7 +571,7 @@ class Pool:
             kwargs={"autocommit": False, "prepare_threshold": None, "connect_timeout": _connect_timeout(self.settings)},
         )
         try:
-            pool.open(wait=True, timeout=max(wait, 1.0))
+            pool.open(wait=not lazy, timeout=max(wait, 1.0))
         except Exception as exc:
             error = pool.last_error or exc
             pool.close(timeout=0)
@@ -624,7 +631,23 @@ class Pool:
         finally:
             pool.putconn(conn)
 
+    def down(self) -> str | None:
+        """The cause, while a failed checkout keeps this pool failing at once (``fail_fast_s``); else None."""
+        return self._down_cause if time.monotonic() < self._down_until else None
+
     def _checkout(self, timeout: float | None) -> tuple[psycopg.Connection, ConnectionPool]:
+        cause = self.down()
+        if cause is not None:
+            raise DatabaseUnavailable(cause)
+        try:
+            return self._checkout_waiting(timeout)
+        except DatabaseUnavailable as exc:
+            # Only when the server could not be reached (a pool busy with slow statements is not down).
+            if self.fail_fast_s > 0 and not self._closed and self._pool.last_error is not None:
+                self._down_cause, self._down_until = exc.message, time.monotonic() + self.fail_fast_s
+            raise
+
+    def _checkout_waiting(self, timeout: float | None) -> tuple[psycopg.Connection, ConnectionPool]:
         wait = self.settings.database_wait_s if timeout is None else timeout
         self._restart_if_dead()
         pool = self._pool

@@ -107,10 +107,16 @@ _PARAM = re.compile(r"%\((\w+)\)[sbt]")  # psycopg placeholders: auto, binary, t
 
 def test_function_files_are_what_the_database_runs(metis):
     assert "search/bm25_top_k.v1" in FUNCTION_FILES
+    # The latest version of each function (bm25_top_k.v2 replaced v1 in migration 0012).
+    latest: dict[str, str] = {}
+    for name in FUNCTION_FILES:
+        function = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", sqlfiles.load(name))[1]
+        version = int(re.search(r"\.v(\d+)$", name)[1]) if re.search(r"\.v(\d+)$", name) else 0
+        if function not in latest or version > int(re.search(r"\.v(\d+)$", latest[function])[1] or 0):
+            latest[function] = name
     with metis.pool.connection() as conn:
-        for name in FUNCTION_FILES:
+        for function, name in latest.items():
             text = sqlfiles.load(name)
-            function = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", text)[1]
             body = text.split("$function$")[1]
             stored = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,)).fetchall()
             assert stored == [(body,)], f"{name}: the database's {function} is not the file's (a new version needs a migration)"
