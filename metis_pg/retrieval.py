@@ -8,7 +8,9 @@ the row stamps, and knows nothing of models, reranking or memories.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from functools import lru_cache
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -180,6 +182,51 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
 
 
+#: The arguments of bm25_top_k (sql/search/bm25_top_k.v2.sql) as the hybrid statement's parameters.
+_KEYWORD_ARGUMENTS = {
+    "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
+    "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
+    "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
+                   " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
+}
+_citus_statements: dict[str, bool] = {}
+
+
+def on_citus(conn: psycopg.Connection) -> bool:
+    """Whether `conn` is a Citus coordinator with the chunks distributed (asked once per server and database)."""
+    key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    if key not in _citus_statements:
+        _citus_statements[key] = bool(conn.execute(
+            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+            " AND EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition"
+            "             WHERE logicalrelid = to_regclass('chunks') AND partmethod = 'h')").fetchone()[0])
+    return _citus_statements[key]
+
+
+@lru_cache(maxsize=2)
+def hybrid_statement(citus: bool) -> str:
+    """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the keyword leg's statement
+    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v2.sql) in place of the function's call.
+
+    Citus routes a statement of one base to the worker holding it (a router query) only when it
+    can send it whole; a call of bm25_top_k cannot be sent (the function's own statement would run
+    distributed from a shard, which Citus refuses), so with the call the statement is planned as
+    one subplan per CTE, a round trip each (docs/scaling.md). Inlined, its arguments are the
+    statement's own parameters (:data:`_KEYWORD_ARGUMENTS`) and the whole statement is one task.
+    """
+    hybrid = sqlfiles.load("search/hybrid")
+    if not citus:
+        return hybrid
+    function = sqlfiles.load("search/bm25_top_k.v2")
+    body = function.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0]
+    body = body.replace("%", "%%")
+    for argument, parameter in _KEYWORD_ARGUMENTS.items():
+        body = re.sub(rf"\b{argument}\b", lambda _: parameter, body)
+    start = hybrid.index("    FROM bm25_top_k(")
+    end = hybrid.index(") AS k\n", start) + len(") AS k\n")
+    return hybrid[:start] + f"    FROM ({body}\n    ) AS k\n" + hybrid[end:]
+
+
 def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Sequence[str]) -> list[str]:
     """Return the longer words of the bases that hold a question word found in no chunk.
 
@@ -266,7 +313,7 @@ def run_search(
         **filters.to_params(),
     }
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(sqlfiles.load("search/hybrid"), params).fetchall()
+        rows = cur.execute(hybrid_statement(on_citus(conn)), params).fetchall()
     if not rows:
         return [], LegTimes()
     candidates = [

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import metis_pg
-from metis_pg import db, retrieval, sqlfiles
+from metis_pg import db, retrieval
 from metis_pg.config import Settings
 from metis_pg.tokenizer import query_terms
 
@@ -130,13 +130,18 @@ def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases):
               "dense_weight": 1.0, "keyword_weight": 1.0, "leg_limit": 50, "top_k": 10,
               **retrieval.Filters().to_params()}
     with m.pool.connection() as conn:
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sqlfiles.load("search/hybrid"), params))
-        keyword = "\n".join(r[0] for r in conn.execute(
-            "EXPLAIN SELECT * FROM bm25_top_k(%s, %s, NULL, 1.2, 0.75, 50, NULL)",
-            ([base_id], query_terms("kiln glaze"))))
+        assert retrieval.on_citus(conn)
+        statement = retrieval.hybrid_statement(True)
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
+        called = "\n".join(r[0] for r in conn.execute("EXPLAIN " + retrieval.hybrid_statement(False), params))
+        rows = conn.execute(statement, params).fetchall()
 
-    assert "Custom Scan (Citus Adaptive)" in plan and "Task Count: 1" in plan, plan
-    assert "Task Count: 1" in keyword or "Function Scan on bm25_top_k" in keyword, keyword
+    # One task on one worker, no subplan: the whole statement is sent to the worker of the base.
+    assert plan.count("Task Count: 1") == 1 and "Distributed Subplan" not in plan, plan
+    assert "FROM bm25_top_k(" not in statement and "posting_blocks" in statement
+    assert rows and rows[0][0] in {r.chunk_id for r in m.search("kb", "kiln glaze", mode="keyword").results}
+    # With the function's call the statement would be a subplan per CTE (and it cannot be sent whole).
+    assert "FROM bm25_top_k(" in called
 
 
 def test_a_search_over_two_bases_equals_one_statement_per_base_fused(m, bases):
