@@ -8,7 +8,9 @@ processes holding it and stops the server when the last one exits; a process
 ended by SIGTERM exits through ``SystemExit`` so that this still happens).
 
 :class:`Pool` is the one seam between metis_pg and PostgreSQL, like httpx's
-transport error mapping: every checkout and every statement run inside
+transport error mapping: a statement the server refuses as unsupported (chiefly
+Citus, on distributed tables) raises :class:`~metis_pg.errors.DatabaseUnsupported`
+with the server's message; every checkout and every statement run inside
 ``with pool.connection() as conn:`` that fails because the database is down,
 restarting, full, read-only, out of connections, or a wait ran out, raises
 :class:`~metis_pg.errors.DatabaseUnavailable` naming the cause, within
@@ -429,6 +431,11 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
+#: What the seam turns into DatabaseUnsupported: a feature the server does not support (0A000), and
+#: the internal errors (XX000) Citus raises for what it cannot run (e.g. a distributed query from a
+#: function running on a shard, a parallel command after local execution in one transaction).
+_UNSUPPORTED: tuple[type[BaseException], ...] = (pg_errors.FeatureNotSupported, pg_errors.InternalError_)
+
 #: Server errors whose cause needs no detail of the error, in the words the user reads.
 _FIXED_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
     (pg_errors.ReadOnlySqlTransaction, "the database is read-only (a standby, or default_transaction_read_only is on)"),
@@ -626,7 +633,7 @@ class Pool:
                 yield conn
         except DATABASE_ERRORS as exc:
             raise unavailable(exc, self.settings) from exc
-        except pg_errors.FeatureNotSupported as exc:  # chiefly Citus: what it cannot plan on distributed tables
+        except _UNSUPPORTED as exc:  # chiefly Citus: what it cannot plan or run on distributed tables
             raise unsupported(exc) from exc
         finally:
             pool.putconn(conn)
