@@ -196,10 +196,11 @@ def on_citus(conn: psycopg.Connection) -> bool:
     """Whether `conn` is a Citus coordinator with the chunks distributed (asked once per server and database)."""
     key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
     if key not in _citus_statements:
-        _citus_statements[key] = bool(conn.execute(
-            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
-            " AND EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition"
-            "             WHERE logicalrelid = to_regclass('chunks') AND partmethod = 'h')").fetchone()[0])
+        # Two statements: a relation that does not exist is an error when the statement is parsed.
+        citus = conn.execute("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL").fetchone()[0]
+        _citus_statements[key] = bool(citus and conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition"
+            "               WHERE logicalrelid = to_regclass('chunks') AND partmethod = 'h')").fetchone()[0])
     return _citus_statements[key]
 
 

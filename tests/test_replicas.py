@@ -415,6 +415,9 @@ def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fa
                 with service.running(app) as url:
                     found = httpx.post(f"{url}/search", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30,
                                        json={"bases": "kb", "question": "copper apples", "mode": "keyword"})
+                    health = httpx.get(f"{url}/healthz", timeout=30)
+                    # What the console's pages read (metis_pg/service/console: GET /bases, then searches).
+                    console = httpx.get(f"{url}/bases", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
             monkeypatch.setenv("METIS_READ_DATABASE_URLS", standby)
             monkeypatch.setenv("METIS_DATABASE_WAIT_S", str(wait_s))
             cli = run_cli("search", "kb", "lantern", "--mode", "keyword", "--json", "--dsn", primary)
@@ -436,6 +439,9 @@ def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fa
     assert found.status_code == 200, found.text
     assert found.json()["results"][0]["citation"]["document"] == "orchard.md"
     assert "PRIMARY_UNAVAILABLE" in [w["code"] for w in found.json()["warnings"]]
+    assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
+    assert health.json()["replicas"][0]["status"] == "ok"
+    assert console.status_code == 200 and [b["name"] for b in console.json()["bases"]] == ["kb"]
     assert cli.code == 0, cli.stderr
     assert cli.json()["results"][0]["citation"]["document"] == "harbour.txt"
     assert "PRIMARY_UNAVAILABLE" in [w["code"] for w in cli.json()["warnings"]]
