@@ -587,6 +587,9 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         # and each base alone (the bound: the sum of the three bases' own p95).
         every["three_bases"] = lambda q: run(q, dense=True, keyword=True, bases=three_base_ids)
         every["three_bases_per_base"] = lambda q: per_base(q, three_base_ids)
+        # Each leg of the one statement alone: where its time goes.
+        every["three_bases_dense"] = lambda q: run(q, dense=True, keyword=False, bases=three_base_ids)
+        every["three_bases_keyword"] = lambda q: run(q, dense=False, keyword=True, bases=three_base_ids)
         for i, base_id in enumerate(three_base_ids):
             every[f"base_{i + 1}_of_3"] = lambda q, b=base_id: run(q, dense=True, keyword=True, bases=[b])
     chosen = every
@@ -1070,6 +1073,7 @@ LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector
           ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
           ("three_bases", "fused over 3 bases, one statement"),
           ("three_bases_per_base", "fused over 3, a statement per base"),
+          ("three_bases_dense", "  one statement, dense leg only"), ("three_bases_keyword", "  one statement, keyword leg only"),
           ("base_1_of_3", "  base 1 of the 3 alone"), ("base_2_of_3", "  base 2 of the 3 alone"),
           ("base_3_of_3", "  base 3 of the 3 alone"),
           ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]

@@ -8,8 +8,11 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
    that does not answer turns a hybrid search into a keyword one (warning
    ``KEYWORD_ONLY``) and refuses a dense one (:class:`EmbeddingModelUnavailable`).
 2. **Statement**: bases sharing an embedding model (served the same way) *and*
-   BM25/RRF parameters are searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
-   filters inside both legs); each group uses its own bases' k1, b, rrf_k, dense_weight and
+   BM25/RRF parameters are searched as by one ``sql/search/hybrid.sql`` statement (both legs and their
+   fusion, filters inside both legs): one base by that statement; several by one statement per base,
+   run at once on connections of their own and fused as the one statement over them would
+   (:func:`~metis_pg.retrieval.fuse_bases`; a router query each on Citus, the cores side by side on
+   one node: docs/scaling.md). Each group uses its own bases' k1, b, rrf_k, dense_weight and
    keyword_weight (weighted RRF: ``dense_weight / (rrf_k + dense_rank) + keyword_weight /
    (rrf_k + keyword_rank)``), or the request's ``fusion`` override of rrf_k and the weights.
    Groups (bases of different models or parameters) are merged by RRF over their

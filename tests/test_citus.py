@@ -274,3 +274,25 @@ def test_dropping_a_base_removes_its_rows_from_every_shard(m, hash_url, tmp_path
                " WHERE base_id = %(b)s) + (SELECT count(*) FROM embeddings WHERE base_id = %(b)s)"
                " + (SELECT count(*) FROM posting_blocks WHERE base_id = %(b)s)", {"b": base_id})
     assert left == [(0,)]
+
+
+def test_the_live_status_is_read_on_the_coordinator(m, bases):
+    # base_state reads the indexers' advisory locks, held on the coordinator: a statement sent
+    # whole to a worker would never see them (bases/health.sql reads reference tables only).
+    from metis_pg import storage
+
+    base_id = sql("SELECT base_id FROM bases WHERE name = 'harbour'")[0][0]
+    sql("UPDATE bases SET status = 'indexing' WHERE base_id = %s", (base_id,))
+    try:
+        with storage.indexer_session(m.pool, base_id):
+            live = m.base("harbour").status
+            listed = {b.name: b.status for b in m.list_bases()}["harbour"]
+            with m.pool.connection() as conn:
+                health = storage.list_bases_light(conn, [base_id])
+        after = m.base("harbour")
+    finally:
+        sql("UPDATE bases SET status = 'ready' WHERE base_id = %s", (base_id,))
+
+    assert (live, listed, health[0]["status"]) == ("indexing", "indexing", "indexing")
+    assert health[0]["chunks"] == len(HARBOUR)
+    assert (after.status, after.interrupted) == ("ready", True)  # the indexer is gone, nothing left to embed
