@@ -182,7 +182,7 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
 
 
-#: The arguments of bm25_top_k (sql/search/bm25_top_k.v2.sql) as the hybrid statement's parameters.
+#: The arguments of bm25_top_k (sql/search/bm25_top_k.v3.sql) as the hybrid statement's parameters.
 _KEYWORD_ARGUMENTS = {
     "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
     "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
@@ -207,7 +207,7 @@ def on_citus(conn: psycopg.Connection) -> bool:
 @lru_cache(maxsize=2)
 def hybrid_statement(citus: bool) -> str:
     """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the keyword leg's statement
-    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v2.sql) in place of the function's call.
+    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v3.sql) in place of the function's call.
 
     Citus routes a statement of one base to the worker holding it (a router query) only when it
     can send it whole; a call of bm25_top_k cannot be sent (the function's own statement would run
@@ -218,7 +218,7 @@ def hybrid_statement(citus: bool) -> str:
     hybrid = sqlfiles.load("search/hybrid")
     if not citus:
         return hybrid
-    function = sqlfiles.load("search/bm25_top_k.v2")
+    function = sqlfiles.load("search/bm25_top_k.v3")
     body = function.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0]
     body = body.replace("%", "%%")
     for argument, parameter in _KEYWORD_ARGUMENTS.items():

@@ -16,7 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from metis_pg import migrate, replicas
+from metis_pg import migrate
+from metis_pg.db import standby as local_standby
 
 URL = os.environ.get("METIS_CITUS_URL")
 CITUS = Path(__file__).resolve().parents[1] / "sql" / "citus"
@@ -50,7 +51,7 @@ def psql(url: str, *files: Path) -> str:
     Raises:
         AssertionError: psql failed (its output in the message).
     """
-    done = subprocess.run([str(replicas._bin_path() / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", url,
+    done = subprocess.run([str(local_standby._bin_path() / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", url,
                            *[a for f in files for a in ("-f", str(f))]],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

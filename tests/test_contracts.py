@@ -105,18 +105,23 @@ SQL_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
 _PARAM = re.compile(r"%\((\w+)\)[sbt]")  # psycopg placeholders: auto, binary, text format
 
 
+def _newest_versions(names: list[str]) -> list[str]:
+    """Of ``foo.v1``, ``foo.v2``, ...: the highest version of each (an older one is what an older
+    migration loaded, replaced since; tests/test_released_sql.py checks those)."""
+    newest: dict[str, tuple[int, str]] = {}
+    for name in names:
+        stem, _, version = name.rpartition(".v")
+        key, number = (stem, int(version)) if version.isdigit() else (name, 0)
+        newest[key] = max(newest.get(key, (number, name)), (number, name))
+    return sorted(name for _, name in newest.values())
+
+
 def test_function_files_are_what_the_database_runs(metis):
-    assert "search/bm25_top_k.v1" in FUNCTION_FILES
-    # The latest version of each function (bm25_top_k.v2 replaced v1 in migration 0012).
-    latest: dict[str, str] = {}
-    for name in FUNCTION_FILES:
-        function = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", sqlfiles.load(name))[1]
-        version = int(re.search(r"\.v(\d+)$", name)[1]) if re.search(r"\.v(\d+)$", name) else 0
-        if function not in latest or version > int(re.search(r"\.v(\d+)$", latest[function])[1] or 0):
-            latest[function] = name
+    assert "search/bm25_top_k.v3" in _newest_versions(FUNCTION_FILES)
     with metis.pool.connection() as conn:
-        for function, name in latest.items():
+        for name in _newest_versions(FUNCTION_FILES):
             text = sqlfiles.load(name)
+            function = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", text)[1]
             body = text.split("$function$")[1]
             stored = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,)).fetchall()
             assert stored == [(body,)], f"{name}: the database's {function} is not the file's (a new version needs a migration)"

@@ -35,7 +35,7 @@ VIEWS = {
     "searches_per_day": ["base", "day", "mode", "searches"],
     "postings": ["base", "base_id", "term", "chunk_id", "document_id", "tf", "chunk_terms"],
 }
-# Version 3 / 2 (migration 0012): the same columns, joins on base_id (they run on Citus).
+# Version 3 / 2 (migration 0013): the same columns, joins on base_id (they run on Citus).
 VIEWS.update({"chunk_citations_v3": VIEWS["chunk_citations_v2"], "base_health_v3": VIEWS["base_health_v2"],
               "postings_v2": VIEWS["postings"]})
 #: view -> the released file of sql/views/ it is made of (a vN+1 view is a new view named <view>_vN+1).

@@ -46,7 +46,7 @@ BEGIN
     ALTER TABLE facts ADD CONSTRAINT facts_document_fkey FOREIGN KEY (base_id, document_id)
         REFERENCES documents (base_id, document_id) ON DELETE CASCADE;
     -- No ON DELETE action: Citus refuses SET NULL on a foreign key holding the distribution
-    -- column, and since migration 0012 no shape of the schema has it (a fact that replaced
+    -- column, and since migration 0013 no shape of the schema has it (a fact that replaced
     -- another is only deleted with its base, in the statement that deletes the other too).
     ALTER TABLE facts ADD CONSTRAINT facts_superseded_by_fkey FOREIGN KEY (base_id, superseded_by)
         REFERENCES documents (base_id, document_id);

@@ -1,10 +1,8 @@
 -- The keyword leg of sql/search/hybrid.sql: exact top-k BM25 over posting blocks (SPEC F6), as a
 -- PL/pgSQL function so that its statement is planned once per session (a generic plan), not at
--- every search. Version 2 (migration 0012) of bm25_top_k.v1.sql (migration 0011), the same
--- statement with every read of a distributed table filtered by base_id = ANY(p_base_ids) itself,
--- not only joined to a row that is: Citus routes a statement to one worker (a router query) only
--- when each table of it names the shard's base (docs/scaling.md). On one node the plan is the same.
--- Released files are never edited: a change is a bm25_top_k.v3.sql and a migration.
+-- every search. Version 2, created by migration 0012: v1 (migration 0011) also computed a
+-- max_score per term that nothing read. Released files are never edited: a change is a
+-- bm25_top_k.v3.sql and a migration that replaces the function.
 --
 -- Arguments:
 --   p_base_ids        int[]     bases searched; each keeps its own statistics
@@ -51,7 +49,7 @@ query_terms AS MATERIALIZED (
                ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
                greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
         FROM bm25_terms AS bt
-        JOIN bm25_totals AS tot ON tot.base_id = ANY(p_base_ids) AND tot.base_id = bt.base_id
+        JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
         LEFT JOIN unnest(p_terms, p_term_weights) AS qt(term, weight)
           ON qt.term = bt.term
         WHERE bt.base_id = ANY(p_base_ids)
@@ -94,8 +92,8 @@ rare_scores AS MATERIALIZED (
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) * 1e12)::bigint) AS exact
     FROM query_terms AS q
-    JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
-    JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     -- A block's postings; a term in one chunk of the block has no arrays (first_offset, max_tf).
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
@@ -116,7 +114,7 @@ rare_best AS MATERIALIZED (
                     / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                AS part
         FROM query_terms AS q
-        JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+        JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
         CROSS JOIN LATERAL (
             SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
                         ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
@@ -154,7 +152,7 @@ pruned AS MATERIALIZED (
                         / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                    AS part
             FROM query_terms AS q
-            JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+            JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
             CROSS JOIN LATERAL (
                 SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
                             ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
@@ -176,8 +174,8 @@ pruned AS MATERIALIZED (
                           / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))) * 1e12)::bigint,
                    false
             FROM query_terms AS q
-            JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
-            JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+            JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+            JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
             CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                                       coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
             WHERE q.common AND (SELECT decode FROM survivors_many)
@@ -199,7 +197,7 @@ seed_term AS MATERIALIZED (
            coalesce((SELECT max(per_tier.tier) FROM (
                SELECT pb.tier, sum(sum(coalesce(cardinality(pb.offsets), 1))) OVER (ORDER BY pb.tier DESC) AS postings
                FROM posting_blocks AS pb
-               WHERE pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
+               WHERE pb.base_id = q.base_id AND pb.term_id = q.term_id
                GROUP BY pb.tier) AS per_tier
              WHERE per_tier.postings >= p_leg_limit), 0) AS from_tier
     FROM (SELECT DISTINCT ON (base_id) * FROM query_terms WHERE common ORDER BY base_id, bound DESC, term) AS q
@@ -212,8 +210,8 @@ seed AS MATERIALIZED (
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial
     FROM seed_term AS q
-    JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id AND pb.tier >= q.from_tier
-    JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id AND pb.tier >= q.from_tier
+    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
     WHERE ((p_documents IS NULL) OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
@@ -258,8 +256,8 @@ candidates AS MATERIALIZED (
            sum(q.bound) AS read_bound,
            max(q.bound + q.others) AS all_bound
     FROM common_terms AS q
-    JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
-    JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
+    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
     WHERE q.essential
@@ -280,7 +278,7 @@ common_only AS MATERIALIZED (
                     / (t.tf + p_k1 * (1 - p_b + p_b * c.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                AS part
         FROM query_terms AS q
-        JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
+        JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
         CROSS JOIN LATERAL (
             SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = c.o THEN pb.max_tf END
                         ELSE pb.tfs[array_position(pb.offsets, c.o)] END AS tf

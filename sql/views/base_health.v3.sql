@@ -1,5 +1,5 @@
 -- View metis.base_health_v3, version 3 of base_health (SPEC F3, F20): one row per base with what is
--- indexed and its live status. Created by migration 0012; released view files are never edited.
+-- indexed and its live status. Created by migration 0013; released view files are never edited.
 -- The columns and rows of version 2 (metis.base_health_v2), counted by base_id and joined (not
 -- correlated subqueries per base row, which Citus refuses under the LATERAL over the reference
 -- table bases: "complex joins are only supported when all distributed tables are co-located and

@@ -1,5 +1,5 @@
 -- View metis.chunk_citations_v3, version 3 of chunk_citations (SPEC F4, F13, F20): every chunk with
--- its citation and the range it spans. Created by migration 0012; released view files are never
+-- its citation and the range it spans. Created by migration 0013; released view files are never
 -- edited. The columns and rows of version 2 (metis.chunk_citations_v2), its join of chunks to
 -- documents on base_id too: on Citus (tables distributed by base_id) versions 1 and 2 are refused
 -- ("the query contains a join that requires repartitioning"); this one runs on each worker.

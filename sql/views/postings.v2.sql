@@ -1,5 +1,5 @@
 -- View metis.postings_v2, version 2 of postings (SPEC F6): the BM25 postings of every base, one row
--- per (term, chunk), unpacked from the posting blocks. Created by migration 0012; released view
+-- per (term, chunk), unpacked from the posting blocks. Created by migration 0013; released view
 -- files are never edited. The columns and rows of version 1 (metis.postings), its join to chunks
 -- on base_id too: on Citus version 1 is refused (a join off the distribution column).
 -- Returns: base, base_id, term, chunk_id, document_id, tf, chunk_terms.

@@ -1,7 +1,7 @@
 """Citus-ready: no ON DELETE SET NULL on facts, chunks_without_vector joined on base_id
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-01
 
 Found by running metis on Citus 14.0 (docs/scaling.md, issue 22):
@@ -16,9 +16,9 @@ Found by running metis on Citus 14.0 (docs/scaling.md, issue 22):
   which Citus refuses ("complex joins are only supported when all distributed tables are
   co-located and joined on their distribution columns"). It now joins on ``base_id`` too (the
   key of ``embeddings`` starts with it in the Citus shape; on one node the old plan stays).
-- ``bm25_top_k`` v2 (``sql/search/bm25_top_k.v2.sql``): every read of a distributed table in
+- ``bm25_top_k`` v3 (``sql/search/bm25_top_k.v3.sql``, from v2 of migration 0012): every read of a distributed table in
   its statement filtered by ``base_id = ANY(p_base_ids)`` itself, so that Citus routes one
-  base's call to the worker holding it. Downgrade loads v1 again.
+  base's call to the worker holding it. Downgrade loads v2 again.
 - Views ``metis.chunk_citations_v3``, ``metis.base_health_v3``, ``metis.postings_v2``: the
   columns and rows of the versions before them (their column comments copied), each join
   between distributed tables on ``base_id`` too. Citus refuses the versions before them.
@@ -31,8 +31,8 @@ from psycopg import sql
 
 from metis_pg import sqlfiles
 
-revision: str = "0012"
-down_revision: str | None = "0011"
+revision: str = "0013"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -71,15 +71,15 @@ $$
 """
 
 
-#: New view -> (its file in sql/views/, the view whose columns and comments it keeps, its comment).
+#: New view -> (its released SQL, the view whose columns and comments it keeps, its comment).
 VIEWS = {
-    "chunk_citations_v3": ("views/chunk_citations.v3", "chunk_citations_v2",
+    "chunk_citations_v3": (sqlfiles.load("views/chunk_citations.v3"), "chunk_citations_v2",
                            "Every chunk with its citation and the range it spans (SPEC F4, F13); version 3 of"
                            " chunk_citations (runs on Citus)."),
-    "base_health_v3": ("views/base_health.v3", "base_health_v2",
+    "base_health_v3": (sqlfiles.load("views/base_health.v3"), "base_health_v2",
                        "One row per base: live status and what is indexed (SPEC F3, F14); version 3 of base_health"
                        " (runs on Citus)."),
-    "postings_v2": ("views/postings.v2", "postings",
+    "postings_v2": (sqlfiles.load("views/postings.v2"), "postings",
                     "The BM25 postings of every base, one row per (term, chunk) (SPEC F6); version 2 of postings"
                     " (runs on Citus)."),
 }
@@ -87,9 +87,9 @@ VIEWS = {
 
 def _create_views() -> None:
     bind = op.get_bind()
-    for view, (file, previous, comment) in VIEWS.items():
+    for view, (body, previous, comment) in VIEWS.items():
         name = sql.Identifier("metis", view)
-        op.execute(sql.SQL("CREATE VIEW {} AS\n{}").format(name, sql.SQL(sqlfiles.load(file))).as_string())
+        op.execute(sql.SQL("CREATE VIEW {} AS\n{}").format(name, sql.SQL(body)).as_string())
         op.execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(name, sql.Literal(comment)).as_string())
         columns = bind.exec_driver_sql(
             "SELECT attname, col_description(attrelid, attnum) FROM pg_attribute"
@@ -103,14 +103,14 @@ def _create_views() -> None:
 def upgrade() -> None:
     op.execute(_REKEY_SUPERSEDED.replace("{action}", ""))
     op.execute(_CHUNKS_WITHOUT_VECTOR.replace("{join}", "e.base_id = c.base_id AND e.chunk_id = c.chunk_id"))
-    op.execute(sqlfiles.load("search/bm25_top_k.v2"))
+    op.execute(sqlfiles.load("search/bm25_top_k.v3"))
     _create_views()
 
 
 def downgrade() -> None:
     for view in VIEWS:
         op.execute(f"DROP VIEW IF EXISTS metis.{view}")
-    op.execute(sqlfiles.load("search/bm25_top_k.v1"))
+    op.execute(sqlfiles.load("search/bm25_top_k.v2"))
     op.execute(_CHUNKS_WITHOUT_VECTOR.replace("{join}", "e.chunk_id = c.chunk_id"))
     # On one node only: SET NULL of a composite key would set base_id NULL too.
     op.execute(_REKEY_SUPERSEDED.replace("{action}", "ON DELETE SET NULL"))
