@@ -149,6 +149,8 @@ def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_da
     migrate.upgrade(fresh_database, "0011")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
     migrate.upgrade(fresh_database)
+    assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
+    migrate.downgrade(fresh_database, "0012")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
     migrate.downgrade(fresh_database, "0011")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]
