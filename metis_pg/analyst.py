@@ -3,7 +3,7 @@
 The members of ``metis_analyst`` (``GRANT metis_analyst TO alice``) may hold at
 most ``METIS_ANALYST_MAX_CONNECTIONS`` connections together, and each of their
 sessions starts with ``statement_timeout`` = ``METIS_ANALYST_STATEMENT_TIMEOUT_S``:
-both kept by a login event trigger (migration 0013) that reads the table
+both kept by a login event trigger (migration 0014) that reads the table
 ``analyst_limits``, which :func:`apply_limits` writes. ``metis db upgrade`` and
 ``metis serve`` apply the current settings after migrating. See docs/sql-views.md.
 """

@@ -1,7 +1,7 @@
 """The analyst role's members get a connection limit and a statement_timeout (issue 26, item 8).
 
 Members of metis_analyst could take 94 of 100 connections and sleep without end.
-Now a login event trigger (migration 0013) gives each member's session the
+Now a login event trigger (migration 0014) gives each member's session the
 analyst statement_timeout and refuses one login more than the limit; the
 service still connects.
 """

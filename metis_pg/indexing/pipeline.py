@@ -140,6 +140,7 @@ class _Run:
     """
 
     base: str
+    base_id: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     failed: list[FailedDocument] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -189,7 +190,7 @@ def index_paths(
     """
     started = time.perf_counter()
     spec = base.base_spec
-    run = _Run(base=base.name)
+    run = _Run(base=base.name, base_id=base.base_id)
     budget = settings.file_time_budget_s if file_time_budget_s is None else file_time_budget_s
     unlisted: dict[Path, str] = {}
 
@@ -432,7 +433,7 @@ def _read_file(
     reuse = {}
     if known:
         with pool.connection() as conn:
-            rows = storage.reusable_vectors(conn, known[0], spec.fingerprint)
+            rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
         reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
     return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],

@@ -198,6 +198,14 @@ def create_app(
         try:
             with db.pool.connection(timeout=5) as conn:
                 conn.execute("SELECT 1")
+        except DatabaseUnavailable as exc:
+            # The primary down: with a healthy read replica the service still answers reads
+            # (docs/scaling.md), so it is degraded, not down.
+            statuses = db.replica_status()
+            if not any(r.status == "ok" for r in statuses):
+                raise
+            return {"status": "degraded", "database": f"unavailable: {exc.message}", "version": __version__,
+                    "replicas": [r.to_dict() for r in statuses]}
         except MetisError:
             raise
         except Exception as exc:

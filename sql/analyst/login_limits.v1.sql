@@ -1,4 +1,4 @@
--- The login event trigger's function (migration 0013): limits for the members of metis_analyst.
+-- The login event trigger's function (migration 0014): limits for the members of metis_analyst.
 -- A group role's CONNECTION LIMIT and settings do not apply to its members' logins, so each login
 -- of a member (not a superuser, not the owner of this function) to this database:
 --   - gets statement_timeout from analyst_limits (a member may still SET it higher: docs/sql-views.md);

@@ -1,7 +1,7 @@
 """analyst limits: a connection limit and a statement_timeout for the members of metis_analyst
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01
 
 The analyst role could open 94 of the server's 100 connections and run
@@ -35,8 +35,8 @@ from alembic import op
 from metis_pg import sqlfiles
 from metis_pg.config import Settings
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
