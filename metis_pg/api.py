@@ -478,17 +478,22 @@ class Metis:
                                                                            **index_options),
                                 status=lambda: self.base(base).status)
 
-    def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
-                  ) -> "list[documents.DocumentInfo]":
-        """Return the documents of `base` (path, source, kind, chunks, size, indexed at), by path.
+    def documents(self, base: str, prefix: str | None = None, *, source: str | None = None,
+                  filters: "dict[str, Any] | retrieval.Filters | None" = None) -> "list[documents.DocumentInfo]":
+        """Return the documents of `base` (path, source, kind, chunks, size, indexed at, tags, author,
+        category, date, language), by path.
 
         Args:
             prefix: keep paths starting with it. source: keep this source's documents.
+            filters: the search filters (:class:`metis_pg.retrieval.Filters`, or its mapping:
+                ``{"tags_any": ["hr"], "since": "2024-01-01"}``).
 
         Raises:
-            BaseNotFound: no such base.
+            BaseNotFound: no such base. InvalidInput: a malformed filter.
         """
-        return documents.list_documents(self.pool, self._base_row(base), prefix, source)
+        if filters is not None and not isinstance(filters, retrieval.Filters):
+            filters = retrieval.Filters.from_mapping(filters)
+        return documents.list_documents(self.pool, self._base_row(base), prefix, source, filters)
 
     def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
         """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at

@@ -108,13 +108,28 @@ def build_server(metis: Metis) -> MCPServer:
         kinds: list[str] | None = None,
         sources: list[str] | None = None,
         min_score: float | None = None,
+        tags: list[str] | None = None,
+        tags_all: list[str] | None = None,
+        exclude_tags: list[str] | None = None,
+        authors: list[str] | None = None,
+        categories: list[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        exclude_prefixes: list[str] | None = None,
+        meta: dict[str, str | int | float | bool] | None = None,
     ) -> dict[str, Any]:
         """bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
         docx; sources: source names; min_score: leave out results scored below it (the fused score in hybrid,
-        cosine in dense, BM25 in keyword, the reranker's when reranked)."""
+        cosine in dense, BM25 in keyword, the reranker's when reranked). Metadata: tags (any of them), tags_all,
+        exclude_tags, authors, categories, since/until (ISO dates: the document's date, else its file's
+        modification time), exclude_prefixes (paths), meta (front matter / properties key: value, all must hold)."""
         try:
             names = [bases] if isinstance(bases, str) else bases or [b.name for b in metis.list_bases()]
-            filters = {k: v for k, v in (("path_prefix", prefix), ("kinds", kinds), ("sources", sources)) if v}
+            filters = {k: v for k, v in (
+                ("path_prefix", prefix), ("kinds", kinds), ("sources", sources), ("tags_any", tags),
+                ("tags_all", tags_all), ("exclude_tags", exclude_tags), ("authors", authors),
+                ("categories", categories), ("since", since), ("until", until),
+                ("exclude_prefixes", exclude_prefixes), ("meta", meta)) if v}
             answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters),
                                         min_score)
         except MetisError as exc:

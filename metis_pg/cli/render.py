@@ -126,6 +126,11 @@ class Renderer:
             heading = " > ".join(c.headings) if c.headings else c.title
             self.line(f"{rank}. {where}{c.location()} · {heading}")
             self.out.print(f"   {visible(c.snippet)}")
+            about = " · ".join(part for part in (
+                c.date.isoformat()[:10] if c.date else "", f"by {c.author}" if c.author else "",
+                " ".join(f"#{t}" for t in c.tags)) if part)
+            if about:
+                self.out.print(f"   {visible(about)}")
             holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
             self.out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
         t = answer.took
@@ -188,14 +193,19 @@ class Renderer:
                        f"{report.seconds:.0f} s[/]", markup=True)
 
     def documents(self, found, prefix: str | None) -> None:
-        """Print a document list for people: path, kind, chunks, when indexed, source."""
+        """Print a document list for people: path, kind, chunks, when indexed, source, then its date,
+        author and tags when it has them."""
         if not found:
             self.out.print("no documents" + (f" starting with {prefix!r}" if prefix else ""))
             return
         width = max(len(visible(d.document)) for d in found)
         for d in found:
+            about = "  ".join(part for part in (
+                d.date[:10] if d.date else "", f"by {visible(d.author)}" if d.author else "",
+                " ".join(f"#{visible(t)}" for t in d.tags)) if part)
             self.out.print(f"{visible(d.document):<{width}}  {d.kind:<4}  {d.chunks:>5} chunks  "
-                           f"{d.indexed_at[:19].replace('T', ' ')}  {visible(d.source)}")
+                           f"{d.indexed_at[:19].replace('T', ' ')}  {visible(d.source)}"
+                           + (f"  {about}" if about else ""), highlight=False, markup=False)
 
     def document_texts(self, shown) -> None:
         """Print documents as `metis get` shows them: (document, text cut, full size in bytes) triples."""

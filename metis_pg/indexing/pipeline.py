@@ -46,6 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
@@ -402,7 +403,11 @@ def _read_file(
         with pool.connection() as conn:
             rows = storage.reusable_vectors(conn, known[0], spec.fingerprint)
         reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
-    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
+    m = document.meta
+    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size, tags=m.tags,
+                                author=m.author, category=m.category, date=m.date,
+                                modified_at=datetime.fromtimestamp(info.st_mtime, tz=timezone.utc),
+                                language=m.language, extra=dict(m.extra))
     return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
                                    replaces=known[0] if known else None, terms=tokenize(chunks))
 

@@ -26,6 +26,7 @@ from docx.table import Table, _Cell
 from ..errors import UnreadableDocument
 from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, unreadable
 from .document import Document
+from .metadata import Metadata, from_mapping
 
 __all__ = ["MAX_UNZIPPED_BYTES", "read"]
 
@@ -90,7 +91,31 @@ def read(path: str, data: bytes) -> Document:
         raise
     except Exception as exc:
         raise unreadable(path, f"corrupt .docx ({type(exc).__name__}: {exc})") from exc
-    return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text)
+    return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text,
+                    meta=_metadata(document))
+
+
+def _metadata(document) -> Metadata:
+    """Return the core properties (docProps/core.xml): author, category, keywords, subject, language, dates.
+
+    A property that does not parse (a malformed date) costs only itself.
+    """
+    found: dict[str, object] = {}
+    try:
+        props = document.core_properties
+    except Exception:
+        return Metadata()
+    for key, attribute in (("author", "author"), ("category", "category"), ("keywords", "keywords"),
+                           ("subject", "subject"), ("lang", "language"), ("date", "created"),
+                           ("modified", "modified"), ("last_modified_by", "last_modified_by"),
+                           ("comments", "comments"), ("status", "content_status"), ("version", "version")):
+        try:
+            value = getattr(props, attribute)
+        except Exception:
+            continue
+        if value not in (None, ""):
+            found[key] = value
+    return from_mapping(found)
 
 
 def _extract(document) -> tuple[TextBuilder, str | None]:

@@ -21,6 +21,11 @@
       prefix: p.get("prefix") || "",
       kinds: p.getAll("kind"),
       sources: p.getAll("source"),
+      tags: p.getAll("tag"),
+      exclude_tags: p.getAll("exclude_tag"),
+      authors: p.getAll("author"),
+      since: p.get("since") || "",
+      until: p.get("until") || "",
       compare: p.get("compare") === "1",
     };
   }
@@ -35,12 +40,21 @@
     if (s.prefix) p.set("prefix", s.prefix);
     s.kinds.forEach((k) => p.append("kind", k));
     s.sources.forEach((k) => p.append("source", k));
+    s.tags.forEach((k) => p.append("tag", k));
+    s.exclude_tags.forEach((k) => p.append("exclude_tag", k));
+    s.authors.forEach((k) => p.append("author", k));
+    if (s.since) p.set("since", s.since);
+    if (s.until) p.set("until", s.until);
     if (s.compare) p.set("compare", "1");
     return "#" + p.toString();
   }
 
   function checked(name) {
     return Array.from(document.querySelectorAll("input[name='" + name + "']:checked")).map((i) => i.value);
+  }
+
+  function listed(id) {
+    return $(id).value.split(",").map((s) => s.trim()).filter(Boolean);
   }
 
   function readForm() {
@@ -53,7 +67,12 @@
       rerank: $("rerank").checked,
       prefix: $("prefix").value.trim(),
       kinds: checked("kind"),
-      sources: $("sources").value.split(",").map((s) => s.trim()).filter(Boolean),
+      sources: listed("sources"),
+      tags: listed("tags"),
+      exclude_tags: listed("exclude_tags"),
+      authors: listed("authors"),
+      since: $("since").value,
+      until: $("until").value,
       compare: $("compare").checked,
     };
   }
@@ -67,6 +86,11 @@
     $("prefix").value = s.prefix;
     document.querySelectorAll("input[name='kind']").forEach((i) => { i.checked = s.kinds.includes(i.value); });
     $("sources").value = s.sources.join(", ");
+    $("tags").value = s.tags.join(", ");
+    $("exclude_tags").value = s.exclude_tags.join(", ");
+    $("authors").value = s.authors.join(", ");
+    $("since").value = s.since;
+    $("until").value = s.until;
     $("compare").checked = s.compare;
     syncMode();
   }
@@ -132,6 +156,11 @@
     if (s.prefix) filters.path_prefix = s.prefix;
     if (s.kinds.length) filters.kinds = s.kinds;
     if (s.sources.length) filters.sources = s.sources;
+    if (s.tags.length) filters.tags_any = s.tags;
+    if (s.exclude_tags.length) filters.exclude_tags = s.exclude_tags;
+    if (s.authors.length) filters.authors = s.authors;
+    if (s.since) filters.since = s.since;
+    if (s.until) filters.until = s.until;
     if (Object.keys(filters).length) body.filters = filters;
     if (!s.compare) body.mode = s.mode;
     try {
@@ -181,6 +210,16 @@
     return out;
   }
 
+  /** The document's date, author and tags (absent when it has none). */
+  function about(c) {
+    const parts = [];
+    if (c.date) parts.push(c.date.slice(0, 10));
+    if (c.author) parts.push("by " + c.author);
+    const tags = (c.tags || []).map((t) => el("span", {class: "tag"}, "#" + t));
+    if (!parts.length && !tags.length) return null;
+    return el("div", {class: "about muted"}, parts.join(" · ") + (parts.length && tags.length ? " · " : ""), ...tags);
+  }
+
   function renderSearch(answer, s) {
     renderNotices(answer.warnings);
     renderTook(answer.took, [["embed", "embed"], ["dense", "meaning"], ["keyword", "words"], ["fuse", "fuse"],
@@ -203,6 +242,7 @@
         head,
         el("div", {class: "title"}, c.title),
         c.headings.length ? el("div", {class: "headings"}, c.headings.join(" › ")) : null,
+        about(c),
         el("p", {class: "snippet"}, marked(c.snippet, terms)),
         el("p", {class: "scores"}, scoresLine(r.scores)),
         el("details", {class: "whole"}, el("summary", {}, "Whole passage"), el("pre", {class: "text"}, r.text)));
