@@ -696,5 +696,6 @@ def _base_info(row: dict[str, Any]) -> BaseInfo:
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
         documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
-        interrupted=bool(row.get("interrupted")),
+        interrupted=bool(row.get("interrupted")), watched=bool(row.get("watched")),
+        caught_up_at=row["caught_up_at"].isoformat() if row.get("caught_up_at") else None,
     )

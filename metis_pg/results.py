@@ -295,6 +295,8 @@ class BaseInfo:
     ``status`` is ``indexing`` only while a live indexer works on the base;
     ``interrupted`` says the last indexing run did not finish (its process was
     killed): what it committed is searchable, and the next ``metis index`` finishes.
+    ``watched``: a ``metis watch`` follows its folders now; ``caught_up_at``: when it last
+    finished indexing what changed (ISO 8601), else None (:mod:`metis_pg.watch`).
     """
 
     name: str
@@ -306,6 +308,8 @@ class BaseInfo:
     chunks_without_vector: int = 0
     last_indexed_at: str | None = None
     interrupted: bool = False
+    watched: bool = False
+    caught_up_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -318,6 +322,8 @@ class BaseInfo:
             "chunks_without_vector": self.chunks_without_vector,
             "last_indexed_at": self.last_indexed_at,
             "interrupted": self.interrupted,
+            "watched": self.watched,
+            "caught_up_at": self.caught_up_at,
         }
 
 

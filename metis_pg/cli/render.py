@@ -230,8 +230,10 @@ def status_line(i) -> str:
     missing = f", {i.chunks_without_vector} without vector" if i.chunks_without_vector else ""
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""
+    watched = (f" · watched, caught up {i.caught_up_at or 'not yet'}" if i.watched
+               else f" · last caught up by a watch {i.caught_up_at}" if i.caught_up_at else "")
     return (f"{i.name}: {i.status}{interrupted} · {i.kind} · {i.documents} documents, {i.chunks} chunks{missing} · "
-            f"model {model} · last indexed {i.last_indexed_at or 'never'}")
+            f"model {model} · last indexed {i.last_indexed_at or 'never'}{watched}")
 
 
 def fusion_note(fusion: dict[str, Any]) -> str:

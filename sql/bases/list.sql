@@ -1,7 +1,11 @@
 -- Bases with their health: documents, chunks, chunks without a vector of the base's model, status.
 -- Parameters: %(name)s text (NULL = every base).
 -- Returns: base_id, name, kind, spec, status, interrupted, last_indexed_at, documents, chunks,
---          chunks_without_vector.
+--          chunks_without_vector, watched, caught_up_at.
+--
+-- watched: a `metis watch` (or `metis serve --watch`) gave a sign of life within the last 90
+-- seconds (three heartbeats, metis_pg.watch.WATCHED_FOR_S); caught_up_at: when it last finished
+-- indexing what changed (migration 0012).
 --
 -- Status (SPEC F3) and interrupted come from the SQL function base_state (migration 0008), the
 -- one rule every reader uses (bases/health.sql, the view metis.base_health_v2): 'indexing' only
@@ -9,7 +13,8 @@
 -- 'indexing' but whose indexer is gone (a killed process) shows 'waiting' when chunks lack a
 -- vector, else 'ready', with interrupted = true: the next `metis index` finishes the job.
 SELECT b.base_id, b.name, b.kind, b.spec, st.status, st.interrupted,
-       b.last_indexed_at, h.documents, h.chunks, h.chunks_without_vector
+       b.last_indexed_at, h.documents, h.chunks, h.chunks_without_vector,
+       coalesce(b.watched_at > now() - interval '90 seconds', false) AS watched, b.caught_up_at
 FROM bases AS b
 CROSS JOIN LATERAL base_state(b.base_id) AS st
 CROSS JOIN LATERAL (
