@@ -14,7 +14,7 @@
 --   %(k1)s, %(b)s       float8   BM25 parameters (SPEC: 1.2, 0.75)
 --   %(rrf_k)s           int      RRF constant (SPEC: 60)
 --   %(dense_weight)s, %(keyword_weight)s  float8  weights of each leg in the fusion, >= 0, not both 0
---                       (BaseSpec defaults 1, 1; a search may override them)
+--                       (BaseSpec's defaults: metis_pg/config.py; a search may override them)
 --   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
 --   %(top_k)s           int      fused rows returned
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
@@ -101,7 +101,7 @@ dense AS MATERIALIZED (
     ) AS nearest
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
--- (sql/search/bm25_top_k.v1.sql: MaxScore and block-max pruning, planned once per session).
+-- (sql/search/bm25_top_k.v2.sql: MaxScore and block-max pruning, planned once per session).
 keyword AS MATERIALIZED (
     SELECT k.chunk_id,
            k.score,

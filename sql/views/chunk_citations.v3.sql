@@ -1,6 +1,6 @@
 -- View metis.chunk_citations_v3, version 3 of chunk_citations (SPEC F4, F20, issue 21): version 2's
 -- columns and the document's tags, author, category and date (its own, else the file's modification
--- time), as a search result's citation carries them. Created by migration 0012; released view files
+-- time), as a search result's citation carries them. Created by migration 0013; released view files
 -- are never edited.
 -- Returns: base, source, document, title, kind, headings, page_start, page_end, line_start,
 --          line_end, text, chunk_id, ordinal, tags, author, category, date.

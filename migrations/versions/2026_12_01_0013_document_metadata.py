@@ -1,8 +1,8 @@
 """documents' metadata (tags, author, category, date, modified_at, language, meta); bases' watch state;
 views metis.documents and metis.chunk_citations_v3
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-01
 
 Issue 21:
@@ -27,8 +27,8 @@ from psycopg import sql
 
 from metis_pg import sqlfiles
 
-revision: str = "0012"
-down_revision: str | None = "0011"
+revision: str = "0013"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -42,7 +42,7 @@ DOCUMENTS_COLUMNS = {
     "author": "Its (first) author, or NULL.",
     "category": "Its category, or NULL.",
     "date": "When the document says it was written (front matter date, PDF/DOCX created), or NULL.",
-    "modified_at": "Modification time of the file when it was last read, or NULL (indexed before revision 0012).",
+    "modified_at": "Modification time of the file when it was last read, or NULL (indexed before revision 0013).",
     "language": "Its language tag (lower case), or NULL.",
     "meta": "Every other key of its metadata, as JSON.",
     "size_bytes": "Size of the file (bytes).",
@@ -75,9 +75,9 @@ def _execute(statement: sql.Composable) -> None:
     op.execute(statement.as_string())
 
 
-def _view(name: str, file: str, comment: str, columns: dict[str, str]) -> None:
+def _view(name: str, body: str, comment: str, columns: dict[str, str]) -> None:
     view = sql.Identifier("metis", name)
-    _execute(sql.SQL("CREATE VIEW {} AS\n{}").format(view, sql.SQL(sqlfiles.load(file))))
+    _execute(sql.SQL("CREATE VIEW {} AS\n{}").format(view, sql.SQL(body)))
     _execute(sql.SQL("COMMENT ON VIEW {} IS {}").format(view, sql.Literal(comment)))
     for column, text in columns.items():
         _execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(view, sql.Identifier(column), sql.Literal(text)))
@@ -103,10 +103,10 @@ def upgrade() -> None:
     op.execute("COMMENT ON COLUMN bases.watched_at IS 'last sign of life of a metis watch following the base'")
     op.execute("COMMENT ON COLUMN bases.caught_up_at IS "
                "'when a metis watch last finished indexing what changed in the base''s folders'")
-    _view("documents", "views/documents.v1",
+    _view("documents", sqlfiles.load("views/documents.v1"),
           "Every document of every base with its metadata (tags, author, category, date, language).",
           DOCUMENTS_COLUMNS)
-    _view("chunk_citations_v3", "views/chunk_citations.v3",
+    _view("chunk_citations_v3", sqlfiles.load("views/chunk_citations.v3"),
           "Every chunk with its citation, the lines (or pages) it spans and its document's tags, author,"
           " category and date; version 3 of chunk_citations.", V3_COLUMNS)
 
