@@ -117,7 +117,8 @@ class Watcher:
         self.retry_s = retry_s
         self.on_report = on_report
         self.stop_event = threading.Event()
-        self.runs = 0  # indexing runs made (one per folder per set of changes)
+        self.runs = 0  # indexing runs finished (one per folder per set of changes)
+        self.runs_started = 0
         self._state = _State()
 
     # -- what to watch ------------------------------------------------------------------
@@ -206,6 +207,7 @@ class Watcher:
         for target in sorted(state.pending, key=lambda t: (t.base, str(t.root))):
             if self.stop_event.is_set():
                 return
+            self.runs_started += 1
             report, error = self._index(target)
             self.runs += 1
             if self.on_report:
