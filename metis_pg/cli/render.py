@@ -126,10 +126,10 @@ class Renderer:
             heading = " > ".join(c.headings) if c.headings else c.title
             self.line(f"{rank}. {where}{c.location()} · {heading}")
             self.out.print(f"   {visible(c.snippet)}")
-            about = " · ".join(part for part in (
-                c.date.isoformat()[:10] if c.date else "", f"by {c.author}" if c.author else "",
-                " ".join(f"#{t}" for t in c.tags)) if part)
-            if about:
+            if c.tags or c.author:  # what the document says of itself (its date alone may be the file's mtime)
+                about = " · ".join(part for part in (
+                    c.date.isoformat()[:10] if c.date else "", f"by {c.author}" if c.author else "",
+                    " ".join(f"#{t}" for t in c.tags)) if part)
                 self.out.print(f"   {visible(about)}")
             holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
             self.out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
