@@ -9,8 +9,9 @@ so an idle watcher costs no CPU) and runs the same incremental indexing as ``met
   again, which reads only new or changed files (their SHA-256 differs), deletes the documents
   of files that are gone, and keeps the vectors of unchanged chunk texts;
 - a burst (``git checkout`` touching 5,000 files) is one set of changes: watchfiles gathers
-  events until none came for ``debounce_ms`` (1.6 s by default), and each folder touched is
-  indexed ONCE for the whole set, not once per file;
+  events until none came for :data:`QUIET_MS` (300 ms), at most ``debounce_ms`` (1.6 s by
+  default), and each folder touched is indexed ONCE for the whole set, not once per file;
+  events that come during a run are gathered meanwhile and make one more run after it;
 - a file that fails is skipped with its reason (the run's report), and watching goes on;
 - the database or the model restarting does not end it: a run that fails for want of the
   database is tried again every ``retry_s`` seconds, and chunks left without a vector while
@@ -47,6 +48,8 @@ __all__ = ["Watched", "Watcher", "WATCHED_FOR_S", "TERMINATED", "Terminated", "s
 
 log = logging.getLogger(__name__)
 
+#: A set of changes ends once no event came for this long (milliseconds): watchfiles' ``step``.
+QUIET_MS = 300
 #: A base is shown as watched while its watcher's last sign of life is younger than this
 #: (seconds): three heartbeats (sql/bases/list.sql says the same number).
 WATCHED_FOR_S = 90
@@ -98,7 +101,8 @@ class Watcher:
     Args:
         metis: the library (its pool, settings and models).
         targets: the folder sources to follow (:meth:`targets_of`).
-        debounce_ms: a set of changes ends once no event came for this long (milliseconds).
+        debounce_ms: a set of changes is yielded after this long at most, even while events
+            keep coming (milliseconds; watchfiles' ``debounce``).
         heartbeat_s: how often the bases' ``watched_at`` is refreshed, and the most a stop
             request or a retry waits (seconds).
         retry_s: a run that failed (database down) is tried again after this many seconds.
@@ -175,7 +179,7 @@ class Watcher:
         # rust_timeout: the longest the file-event wait blocks (milliseconds); it returns an empty
         # set then, for the heartbeat, retries and the stop request. No polling of the files.
         for changes in watchfiles.watch(
-            *{t.root for t in self.targets}, watch_filter=_relevant, debounce=self.debounce_ms, step=50,
+            *{t.root for t in self.targets}, watch_filter=_relevant, debounce=self.debounce_ms, step=QUIET_MS,
             stop_event=self.stop_event, rust_timeout=int(min(self.heartbeat_s, self.retry_s) * 1000),
             yield_on_timeout=True, raise_interrupt=True, recursive=True,
         ):

@@ -158,7 +158,8 @@ def watch(
              "of --base, or of every base.")] = None,
     base: Annotated[Optional[str], typer.Option("--base", "-b", help="The base (default: every base).")] = None,
     debounce_ms: Annotated[int, typer.Option(
-        "--debounce-ms", min=50, max=60_000, help="A burst of changes ends once none came for this long.")] = 1600,
+        "--debounce-ms", min=50, max=60_000,
+        help="A burst of changes is indexed after this long at most, even while changes keep coming.")] = 1600,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
