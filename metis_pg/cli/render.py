@@ -194,15 +194,15 @@ class Renderer:
 
     def documents(self, found, prefix: str | None) -> None:
         """Print a document list for people: path, kind, chunks, when indexed, source, then its date,
-        author and tags when it has them."""
+        author and tags when it has tags or an author (``--json``: every field, mtime dates too)."""
         if not found:
             self.out.print("no documents" + (f" starting with {prefix!r}" if prefix else ""))
             return
         width = max(len(visible(d.document)) for d in found)
         for d in found:
-            about = "  ".join(part for part in (
+            about = "  ".join(part for part in (  # its own metadata (a date alone may be the file's mtime)
                 d.date[:10] if d.date else "", f"by {visible(d.author)}" if d.author else "",
-                " ".join(f"#{visible(t)}" for t in d.tags)) if part)
+                " ".join(f"#{visible(t)}" for t in d.tags)) if part) if d.tags or d.author else ""
             self.out.print(f"{visible(d.document):<{width}}  {d.kind:<4}  {d.chunks:>5} chunks  "
                            f"{d.indexed_at[:19].replace('T', ' ')}  {visible(d.source)}"
                            + (f"  {about}" if about else ""), highlight=False, markup=False)
