@@ -15,7 +15,7 @@ from .config import BaseSpec
 from .errors import BaseNotFound, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder
 from .results import SearchResponse
-from .search import SearchPipeline, SearchRequest, to_response
+from .search import MAX_TOP_K, SearchPipeline, SearchRequest, to_response
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import indexing
@@ -41,6 +41,7 @@ class SearchMethods:
         filters: dict[str, Any] | retrieval.Filters | None = None,
         fusion: dict[str, Any] | None = None,
         consistent: bool = False,
+        per_document: bool = False,
     ) -> SearchResponse:
         """Return the `top_k` passages of `bases` that best answer `question`, each cited.
 
@@ -64,6 +65,9 @@ class SearchMethods:
             consistent: with read replicas, search one that has replayed every write committed
                 on the primary so far (waiting up to ``replica_consistent_wait_s``), else the
                 primary: read-your-writes after indexing. Without replicas it changes nothing.
+            per_document: each document once, at its best passage, with ``passages`` = how many of
+                its passages are among the best ``min(100, 5 * top_k)``; `top_k` documents
+                (:mod:`metis_pg.per_document`).
 
         Raises:
             InvalidInput: empty or too long question, unknown mode, top_k out of range, bad filter,
@@ -72,6 +76,12 @@ class SearchMethods:
             BaseNotFound: a base does not exist.
             EmbeddingModelUnavailable: ``mode="dense"`` and the embedding model did not answer.
         """
+        if per_document and isinstance(top_k, int) and 1 <= top_k <= MAX_TOP_K:
+            from .per_document import by_document, pool_size
+
+            answer = self._search(bases, question, mode=mode, top_k=pool_size(top_k, MAX_TOP_K), rerank=rerank,
+                                  filters=filters, embedder_for=self.embedder, fusion=fusion, consistent=consistent)
+            return by_document(answer, top_k)
         return self._search(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
                             embedder_for=self.embedder, fusion=fusion, consistent=consistent)
 

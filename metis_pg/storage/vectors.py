@@ -75,16 +75,18 @@ def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequ
     with conn.transaction():
         lock_base(conn, base_id)
         live = {
-            r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE chunk_id = ANY(%s)", ([r[0] for r in rows],))
+            r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE base_id = %s AND chunk_id = ANY(%s)",
+                                       (base_id, [r[0] for r in rows]))
         }
         with conn.cursor() as cur:
             copy_vectors(cur, base_id, model, [r for r in rows if r[0] in live])
 
 
-def reusable_vectors(conn: psycopg.Connection, document_id: int, model: str) -> list[tuple[str, list[str], str, Any]]:
+def reusable_vectors(conn: psycopg.Connection, base_id: int, document_id: int, model: str
+                     ) -> list[tuple[str, list[str], str, Any]]:
     """Return ``(title, headings, text, vector)`` of a document's current chunks that have a `model` vector."""
     return conn.execute(
-        sqlfiles.load("storage/reusable_vectors"), {"document_id": document_id, "model": model}
+        sqlfiles.load("storage/reusable_vectors"), {"base_id": base_id, "document_id": document_id, "model": model}
     ).fetchall()
 
 

@@ -14,6 +14,9 @@
 -- Run with psql -v ON_ERROR_STOP=1 on the coordinator; each call runs in its own transaction
 -- (\gexec). Idempotent: a table distributed already is skipped.
 SET citus.multi_shard_modify_mode TO 'sequential';
+-- Without this, making bases a reference table first turns every table with a foreign key to it
+-- into a Citus local table (partmethod 'n', colocation 0), which cannot then be distributed.
+SET citus.enable_local_reference_table_foreign_keys TO off;
 
 SELECT format('SELECT create_reference_table(%L)', t)
 FROM unnest(ARRAY['bases', 'sources']) WITH ORDINALITY AS x (t, n)
@@ -28,6 +31,12 @@ FROM unnest(ARRAY['documents', 'chunks', 'embeddings', 'posting_blocks', 'block_
 WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = t::regclass)
 ORDER BY n
 \gexec
+
+-- The keyword leg's function plans its statement once per session on one node (a generic plan);
+-- Citus cannot plan that statement with parameters ("could not create distributed plan"): on
+-- Citus it is planned for each call, with its values, which makes one base's call a router query.
+ALTER FUNCTION bm25_top_k(int[], text[], float8[], float8, float8, int, bigint[])
+    SET plan_cache_mode = force_custom_plan;
 
 SELECT logicalrelid::text AS table_name,
        CASE partmethod WHEN 'n' THEN 'reference' ELSE 'distributed by base_id' END AS how,

@@ -1,8 +1,8 @@
 """documents' metadata (tags, author, category, date, modified_at, language, meta); bases' watch state;
-views metis.documents and metis.chunk_citations_v3
+views metis.documents and metis.chunk_citations_v4
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01
 
 Issue 21:
@@ -16,8 +16,9 @@ Issue 21:
 - ``bases.watched_at`` (a watcher's last sign of life) and ``bases.caught_up_at`` (when it last
   finished indexing what changed): ``metis status`` and the console's Bases page say a base is
   watched while ``watched_at`` is recent (metis_pg.watch).
-- Views ``metis.documents`` (``sql/views/documents.v1.sql``) and ``metis.chunk_citations_v3``
-  (``sql/views/chunk_citations.v3.sql``); the released views stay unchanged.
+- Views ``metis.documents`` (``sql/views/documents.v1.sql``) and ``metis.chunk_citations_v4``
+  (``sql/views/chunk_citations.v4.sql``: version 3 and the metadata); the released views stay
+  unchanged.
 """
 
 from collections.abc import Sequence
@@ -27,8 +28,8 @@ from psycopg import sql
 
 from metis_pg import sqlfiles
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -42,14 +43,14 @@ DOCUMENTS_COLUMNS = {
     "author": "Its (first) author, or NULL.",
     "category": "Its category, or NULL.",
     "date": "When the document says it was written (front matter date, PDF/DOCX created), or NULL.",
-    "modified_at": "Modification time of the file when it was last read, or NULL (indexed before revision 0013).",
+    "modified_at": "Modification time of the file when it was last read, or NULL (indexed before revision 0014).",
     "language": "Its language tag (lower case), or NULL.",
     "meta": "Every other key of its metadata, as JSON.",
     "size_bytes": "Size of the file (bytes).",
     "chunks": "Chunks it was cut into.",
     "indexed_at": "When this version of the document was written.",
 }
-V3_COLUMNS = {
+V4_COLUMNS = {
     "base": "Name of the base the chunk belongs to.",
     "source": "Name of the source (folder) the document was read from; a base's notes are metis-<base>.",
     "document": "Path of the document, relative to its source's folder.",
@@ -106,13 +107,13 @@ def upgrade() -> None:
     _view("documents", sqlfiles.load("views/documents.v1"),
           "Every document of every base with its metadata (tags, author, category, date, language).",
           DOCUMENTS_COLUMNS)
-    _view("chunk_citations_v3", sqlfiles.load("views/chunk_citations.v3"),
+    _view("chunk_citations_v4", sqlfiles.load("views/chunk_citations.v4"),
           "Every chunk with its citation, the lines (or pages) it spans and its document's tags, author,"
-          " category and date; version 3 of chunk_citations.", V3_COLUMNS)
+          " category and date; version 4 of chunk_citations.", V4_COLUMNS)
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW IF EXISTS metis.chunk_citations_v3")
+    op.execute("DROP VIEW IF EXISTS metis.chunk_citations_v4")
     op.execute("DROP VIEW IF EXISTS metis.documents")
     op.execute("ALTER TABLE bases DROP COLUMN caught_up_at, DROP COLUMN watched_at")
     op.execute("DROP INDEX IF EXISTS ix_documents_tags")
