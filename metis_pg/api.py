@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
+from .search_counts import counts_of
 from . import db, documents, migrate, replicas, retrieval, storage
 from ._metis_indexing import IndexingMethods
 from ._metis_search import SearchMethods
@@ -156,6 +157,7 @@ class Metis(IndexingMethods, SearchMethods):
         self._rerankers.clear()
         if self.replicas is not None:
             self.replicas.close()
+        counts_of(self.pool).flush(closing=True)  # the search counts still pending (busy rows)
         self.pool.close()
 
     def __enter__(self) -> "Metis":

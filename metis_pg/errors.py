@@ -22,6 +22,9 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── RequestTimeout                 REQUEST_TIMEOUT                 2    408
     ├── ClientGone                     CLIENT_GONE                   130    499
     ├── Overloaded                     OVERLOADED                      8    503
+    ├── HostNotAllowed                 HOST_NOT_ALLOWED                2    421
+    ├── OriginNotAllowed               ORIGIN_NOT_ALLOWED              2    403
+    ├── DiskFull                       DISK_FULL                       9    507
     ├── PortInUse                      PORT_IN_USE                     7    500
     └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
         ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
@@ -58,6 +61,9 @@ __all__ = [
     "RequestTooLarge",
     "RequestTimeout",
     "Overloaded",
+    "HostNotAllowed",
+    "OriginNotAllowed",
+    "DiskFull",
     "PortInUse",
     "BodyTooLarge",
     "TooManyInputs",
@@ -263,6 +269,32 @@ class Overloaded(MetisError):
     code = "OVERLOADED"
     exit_code = 8
     http_status = 503
+
+
+class HostNotAllowed(MetisError):
+    """A request to the token-less HTTP service names a ``Host`` that is neither loopback nor in
+    ``METIS_ALLOWED_HOSTS``: a page of another site reaching it through DNS rebinding."""
+
+    code = "HOST_NOT_ALLOWED"
+    exit_code = 2
+    http_status = 421
+
+
+class OriginNotAllowed(MetisError):
+    """A state-changing request to the token-less HTTP service sent by a page of another origin (CSRF)."""
+
+    code = "ORIGIN_NOT_ALLOWED"
+    exit_code = 2
+    http_status = 403
+
+
+class DiskFull(MetisError):
+    """The database's disk has less free space than indexing needs plus the margin kept for searches
+    and the WAL (``METIS_DISK_FREE_MARGIN``): indexing stops before PostgreSQL runs out of space."""
+
+    code = "DISK_FULL"
+    exit_code = 9
+    http_status = 507
 
 
 class PortInUse(MetisError):

@@ -49,6 +49,7 @@ from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
 from .memories import order_facts
 from .models.embed import Embedder
 from .models.rerank import Reranker
+from .search_counts import counts_of
 from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
 from .readers.document import line_at
 from .snippets import snippet_at
@@ -300,8 +301,8 @@ class SearchPipeline:
         # SPEC F11, after reranking: facts that hold, then replaced ones, each group in ranked order.
         candidates = order_facts(candidates[:top_k]) + candidates[top_k:]
 
-        if count:  # SPEC F20: a count per base, day and mode; never the question. Best-effort: never fails a search
-            storage.record_search(self.count_pool, [r.base_id for r in rows], mode)
+        if count:  # SPEC F20: a count per base, day and mode; never the question. Never fails nor delays a search
+            counts_of(self.count_pool).add([r.base_id for r in rows], mode)
         return Ranked(
             request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
             warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),

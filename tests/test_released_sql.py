@@ -44,8 +44,10 @@ RELEASED: dict[str, tuple[str, str]] = {
     "views/chunk_citations.v3": ("0013", "2da60921d05fa0132c81943aed7e53d9436b0bf36d69b3cee2e5fe2cc484d70a"),
     "views/base_health.v3": ("0013", "f9be5c8bb7e596c400cf6b9063cd46b186900cd8d33434cd338ba14c9fa83e69"),
     "views/postings.v2": ("0013", "a23c88c5745a9c6e5bfdd754e194103c487c7e9506ab26332347f491f576db04"),
-    "views/documents.v1": ("0014", "bfacf1cc2a07ff4f3704700773aae140f81d76d9a1e9dd22405a088f30d52bd0"),
-    "views/chunk_citations.v4": ("0014", "e9cf97dc7dba40f72ae940421a0f8d446721d944f6ad14b10d551b706793bda4"),
+    "analyst/login_limits.v1": ("0014", "d4fbbb1878ae5790f135a776ef7502649c2c01f197b7a67c85031f6da31ecfcf"),
+    "analyst/set_limits": ("0014", "3fe2208c9696badd527a4e9f519bbf23ac0c01b1a33e6c4e538f47d8e168f590"),
+    "views/documents.v1": ("0015", "5d2f4b74cb4da69a70858c3894426c8e75796744d3619712fea83c106d06ad2d"),
+    "views/chunk_citations.v4": ("0015", "cc1814d3abf27c00234da0d85cb7137667ce421fbc7c764b1c871d6d77a468c2"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")

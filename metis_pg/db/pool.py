@@ -257,6 +257,11 @@ class Pool:
     # -- the seam ------------------------------------------------------------------------
 
     @property
+    def data_folder(self) -> Path | None:
+        """The embedded server's data folder (its disk is the database's), or None for a server of your own."""
+        return self._pgdata
+
+    @property
     def conninfo(self) -> str:
         """The DSN connections are opened with (changes when an embedded server is restarted)."""
         return self._pool.conninfo

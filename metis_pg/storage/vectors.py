@@ -51,15 +51,20 @@ def halfvec_binary(vector: Any) -> bytes:
 
 
 def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, limit: int,
-                          document_id: int | None = None) -> list[tuple]:
+                          document_id: int | None = None, after: int = 0) -> list[tuple]:
     """Return up to `limit` rows ``(chunk_id, document_id, title, headings, text)`` lacking a `model` vector.
 
-    Oldest first; `document_id` keeps that document's chunks only.
+    Oldest first, chunk ids above `after` only; `document_id` keeps that document's chunks only.
     """
     return conn.execute(
         sqlfiles.load("storage/chunks_without_vector"),
-        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id},
+        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id, "after": after},
     ).fetchall()
+
+
+def document_paths(conn: psycopg.Connection, document_ids: Sequence[int]) -> dict[int, str]:
+    """Return ``{document_id: path}`` of the documents of `document_ids` (those that still exist)."""
+    return dict(conn.execute(sqlfiles.load("storage/document_paths"), {"document_ids": list(document_ids)}).fetchall())
 
 
 def count_chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str) -> int:

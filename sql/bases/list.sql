@@ -5,7 +5,7 @@
 --
 -- watched: a `metis watch` (or `metis serve --watch`) gave a sign of life within the last 90
 -- seconds (three heartbeats, metis_pg.watch.WATCHED_FOR_S); caught_up_at: when it last finished
--- indexing what changed (migration 0014).
+-- indexing what changed (migration 0015).
 --
 -- Status (SPEC F3) and interrupted come from the SQL function base_state (migration 0008), the
 -- one rule every reader uses (bases/health.sql, the view metis.base_health_v2): 'indexing' only

@@ -6,7 +6,8 @@
 -- shards of the same number, on the same worker):
 --   documents, chunks, embeddings, posting_blocks, block_lengths, bm25_terms, bm25_totals, facts,
 --   search_counts
--- Local to the coordinator: alembic_version (the migrations' bookkeeping).
+-- Local to the coordinator: alembic_version (the migrations' bookkeeping), analyst_limits (read by
+-- the login trigger of the coordinator, migration 0014).
 --
 -- A table a later migration adds stays a local table on the coordinator until it is listed here
 -- (the posting blocks of migration 0011 are).

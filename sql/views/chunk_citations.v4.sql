@@ -1,7 +1,7 @@
 -- View metis.chunk_citations_v4, version 4 of chunk_citations (SPEC F4, F20, issue 21): version 3's
 -- columns and rows (its join of chunks to documents on base_id, which Citus runs on each worker) and
 -- the document's tags, author, category and date (its own, else the file's modification time), as a
--- search result's citation carries them. Created by migration 0014; released view files are never
+-- search result's citation carries them. Created by migration 0015; released view files are never
 -- edited.
 -- Returns: base, source, document, title, kind, headings, page_start, page_end, line_start,
 --          line_end, text, chunk_id, ordinal, tags, author, category, date.

@@ -1,5 +1,5 @@
 -- View metis.documents (SPEC F20, issue 21): one row per document with what it says about itself.
--- Created by migration 0014; released view files are never edited.
+-- Created by migration 0015; released view files are never edited.
 -- Returns: base, source, document, title, kind, tags, author, category, date, modified_at,
 --          language, meta, size_bytes, chunks, indexed_at.
 -- date is the document's own (front matter, <meta>, PDF info, DOCX core properties); modified_at

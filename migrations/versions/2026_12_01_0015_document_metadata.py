@@ -1,8 +1,8 @@
 """documents' metadata (tags, author, category, date, modified_at, language, meta); bases' watch state;
 views metis.documents and metis.chunk_citations_v4
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-01
 
 Issue 21:
@@ -28,8 +28,8 @@ from psycopg import sql
 
 from metis_pg import sqlfiles
 
-revision: str = "0014"
-down_revision: str | None = "0013"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -43,7 +43,7 @@ DOCUMENTS_COLUMNS = {
     "author": "Its (first) author, or NULL.",
     "category": "Its category, or NULL.",
     "date": "When the document says it was written (front matter date, PDF/DOCX created), or NULL.",
-    "modified_at": "Modification time of the file when it was last read, or NULL (indexed before revision 0014).",
+    "modified_at": "Modification time of the file when it was last read, or NULL (indexed before revision 0015).",
     "language": "Its language tag (lower case), or NULL.",
     "meta": "Every other key of its metadata, as JSON.",
     "size_bytes": "Size of the file (bytes).",
