@@ -277,6 +277,12 @@ def search(
                           "(default: the base's, 2:1 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {_SPEC.rrf_k} unless set at creation).")] = None,
+    fusion_function: Annotated[Optional[str], typer.Option(
+        "--fusion", help="rrf (ranks) or convex (normalized scores); default: the base's.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(
+        "--alpha", help="convex: the dense leg's share, 0-1; default: the base's.")] = None,
+    routing: Annotated[Optional[bool], typer.Option(
+        "--routing/--no-routing", help="Shift the dense share per question from its features; default: the base's.")] = None,
     min_score: Annotated[Optional[float], typer.Option(
         "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
@@ -293,9 +299,15 @@ def search(
     """Search one or several bases; print cited passages with their scores.
 
     \b
+    In the question, "a quoted phrase" keeps only passages holding it, and -word drops passages
+    holding the word: metis search docs '"reset the router" -legacy' (one argument; a question
+    starting with "-" goes after "--": metis search -- docs "-legacy router").
+
+    \b
     Examples:
       metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
       metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
+      metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
     """
     from .formats import cut_below, search_output
 
@@ -303,6 +315,9 @@ def search(
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
     names = [b.strip() for b in bases.split(",") if b.strip()]
     fusion = _fusion_option(weights, rrf_k)
+    extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
+    if any(v is not None for v in extra.values()):
+        fusion = {**(fusion or {}), **{k: v for k, v in extra.items() if v is not None}}
     if compare:
         if mode is not None:
             raise InvalidInput(f"--compare asks all three modes (hybrid, dense, keyword): drop --mode {mode}")
@@ -390,6 +405,13 @@ def _fusion_note(fusion: dict[str, Any]) -> str:
         note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
     if fusion.get("rrf_k", _SPEC.rrf_k) != _SPEC.rrf_k:
         note += f" · rrf_k {fusion['rrf_k']}"
+    if fusion.get("fusion", _SPEC.fusion) != _SPEC.fusion or (
+            fusion.get("fusion") == "convex" and fusion.get("alpha", _SPEC.alpha) != _SPEC.alpha):
+        note += f" · {fusion['fusion']}" + (f" {fusion.get('normalization')} alpha {fusion.get('alpha'):g}"
+                                           if fusion["fusion"] == "convex" else "")
+    route = fusion.get("route") or {}
+    if route.get("features"):
+        note += f" · routed ({', '.join(route['features'])}: dense share {route['dense_share']:.2f})"
     return note
 
 
@@ -602,6 +624,14 @@ def base_create(
         help=f"Weight of the dense leg in the fusion (>= 0). Default {_SPEC.dense_weight:g}.")] = None,
     keyword_weight: Annotated[Optional[float], typer.Option(
         help=f"Weight of the keyword leg in the fusion (>= 0). Default {_SPEC.keyword_weight:g}.")] = None,
+    fusion: Annotated[Optional[str], typer.Option(
+        help=f"Fusion function: rrf or convex. Default {_SPEC.fusion}.")] = None,
+    normalization: Annotated[Optional[str], typer.Option(
+        help=f"convex: tmm or minmax. Default {_SPEC.normalization}.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(
+        help=f"convex: the dense leg's share (0-1). Default {_SPEC.alpha:g}.")] = None,
+    routing: Annotated[Optional[bool], typer.Option(
+        "--routing/--no-routing", help=f"Per-question routing. Default {'on' if _SPEC.routing else 'off'}.")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -618,6 +648,8 @@ def base_create(
             reranker_url=reranker_url, model_timeout_s=model_timeout_s, chunk_size=chunk_size,
             embedding_protocol=embedding_protocol, reranker_protocol=reranker_protocol,
             rrf_k=rrf_k, dense_weight=dense_weight, keyword_weight=keyword_weight,
+            **{k: v for k, v in {"fusion": fusion, "normalization": normalization, "alpha": alpha,
+                                 "routing": routing}.items() if v is not None},
         )
     if as_json:
         _print_json(info.to_dict())

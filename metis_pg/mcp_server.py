@@ -109,7 +109,8 @@ def build_server(metis: Metis) -> MCPServer:
         sources: list[str] | None = None,
         min_score: float | None = None,
     ) -> dict[str, Any]:
-        """bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
+        """question: "a quoted phrase" keeps only passages holding it, -word drops passages holding the word.
+        bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
         docx; sources: source names; min_score: leave out results scored below it (the fused score in hybrid,
         cosine in dense, BM25 in keyword, the reranker's when reranked)."""
         try:
@@ -120,7 +121,7 @@ def build_server(metis: Metis) -> MCPServer:
         except MetisError as exc:
             raise _tool_error(exc) from None
         return {
-            "mode": answer.mode, "reranked": answer.reranked, "bases": list(answer.bases),
+            "mode": answer.mode, "reranked": answer.reranked, "bases": list(answer.bases), "fusion": answer.fusion,
             "results": [_result(i, r) for i, r in enumerate(answer.results, start=1)],
             "warnings": [w.to_dict() for w in answer.warnings],
             "left_out_below_min_score": dropped,

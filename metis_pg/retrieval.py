@@ -17,11 +17,11 @@ import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
-from . import sqlfiles
+from . import fusion, sqlfiles
 from .errors import InvalidInput
 from .readers import KINDS
 
-__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms",
+__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "phrase_chunks",
            "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
 
 #: A question word this long (characters, letters only) that no chunk holds is looked for
@@ -116,6 +116,9 @@ class Candidate:
     holds: bool | None = None  # a fact of a memory base: still holds (SPEC F11); None: not a fact
     line_end: int | None = None  # line of the chunk's last character (chunking.Chunk.line_end)
     line_map: tuple[int, ...] = ()  # chunking.Chunk.line_map
+    share: float | None = None  # the dense share the statement fused with (after routing); same for every row
+    absent_share: float | None = None  # share of the question's words no chunk of the bases holds
+    bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,30 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
         times[name] = _ms(t, previous)
         previous = t
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
+
+
+def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],
+                  limit: int = 100_000) -> list[int]:
+    """Return the ids of the chunks of the bases holding every one of `phrases` (folded text, word
+    boundaries: :func:`metis_pg.query_syntax.phrase_pattern`), in no order.
+
+    Candidates are the chunks holding each selective term of a phrase (``sql/search/phrase_chunks.sql``,
+    at most `limit` per phrase); their text is then matched here, where :func:`metis_pg.tokenizer.fold`
+    is.
+    """
+    from .query_syntax import phrase_pattern
+    from .tokenizer import fold, query_terms
+
+    kept: set[int] | None = None
+    for phrase in phrases:
+        pattern = phrase_pattern(phrase)
+        rows = conn.execute(sqlfiles.load("search/phrase_chunks"),
+                            {"base_ids": list(base_ids), "terms": query_terms(phrase), "limit": limit}).fetchall()
+        holding = {chunk_id for chunk_id, text in rows if pattern.search(fold(text))}
+        kept = holding if kept is None else kept & holding
+        if not kept:
+            return []
+    return sorted(kept or ())
 
 
 def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Sequence[str]) -> list[str]:
@@ -202,18 +229,30 @@ def run_search(
     keyword_weight: float = 1.0,
     legs_top_k: int | None = None,
     compounds: bool = True,
+    plan: fusion.Plan | None = None,
+    only_chunks: Sequence[int] | None = None,
+    exclude_terms: Sequence[str] = (),
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
     Dense: exact cosine scan (pgvector ``<=>``) over the vectors of `model`; off when
     `query_embedding` is None. Keyword: BM25, k1 and b as given (Robertson & Zaragoza
-    2009); off when `terms` is empty. Fusion: RRF, sum of weight / (rrf_k + rank), rank
-    from 1 (Cormack, Clarke & Buettcher, SIGIR 2009). Each leg keeps
-    ``leg_limit(legs_top_k or top_k)`` rows. With `compounds`, a question word no chunk
+    2009); off when `terms` is empty. Each leg keeps ``leg_limit(legs_top_k or top_k)``
+    rows; every candidate of either gets both exact scores (complete scores). Fusion: as
+    `plan` says (:mod:`metis_pg.fusion`: weighted RRF or a convex combination, routed or
+    not); without a plan, weighted RRF with `rrf_k`, `dense_weight`, `keyword_weight`
+    (Cormack, Clarke & Buettcher, SIGIR 2009). With `compounds`, a question word no chunk
     holds also looks for the longer words containing it (:func:`compound_terms`), each
-    weighing :data:`COMPOUND_WEIGHT` of an exact term.
+    weighing :data:`COMPOUND_WEIGHT` of an exact term. `only_chunks` (None: no such filter)
+    and `exclude_terms` (chunks holding one are dropped) filter both legs, as the
+    filters do (:mod:`metis_pg.query_syntax`).
     """
+    if plan is None:
+        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
+                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
+                           route_weak=0.0, weak_ratio=0.0, fired=())
     terms = list(terms)
+    asked = list(terms)
     weights = None
     if compounds and terms:
         expanded = compound_terms(conn, base_ids, terms)
@@ -226,11 +265,12 @@ def run_search(
         "query_embedding": query_embedding,
         "terms": terms,
         "term_weights": weights,
+        "asked_terms": asked,
         "k1": k1,
         "b": b,
-        "rrf_k": rrf_k,
-        "dense_weight": dense_weight,
-        "keyword_weight": keyword_weight,
+        **plan.params(),
+        "only_chunks": None if only_chunks is None else list(only_chunks),
+        "exclude_terms": list(exclude_terms) or None,
         "leg_limit": leg_limit(legs_top_k or top_k),
         "top_k": top_k,
         **filters.to_params(),
@@ -247,6 +287,7 @@ def run_search(
             dense=None if r["dense"] is None else float(r["dense"]), dense_rank=r["dense_rank"],
             keyword=None if r["keyword"] is None else float(r["keyword"]), keyword_rank=r["keyword_rank"],
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
+            share=r["share"], absent_share=r["absent_share"], bm25_ratio=r["bm25_ratio"],
         )
         for r in rows
     ]

@@ -164,7 +164,8 @@ def test_hybrid_answer_has_the_spec_shape(metis, small_base):
     assert first["citation"]["line"] == 1 and "page" not in first["citation"]
     assert set(first["scores"]) == {"dense", "dense_rank", "keyword", "keyword_rank", "fused"}
     assert first["score"] == first["scores"]["fused"]
-    assert data["fusion"] == {"rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 1.0}  # the defaults
+    assert {k: data["fusion"][k] for k in ("rrf_k", "dense_weight", "keyword_weight")} == {
+        "rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 1.0}  # the defaults
     assert first["scores"]["fused"] == pytest.approx(
         2 / (60 + first["scores"]["dense_rank"]) + 1 / (60 + first["scores"]["keyword_rank"])
     )
