@@ -535,6 +535,10 @@ def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s
     return percentiles(samples)
 
 
+#: Text of another fused statement to time beside sql/search/hybrid.sql (``--baseline-statement``).
+BASELINE_STATEMENT: str | None = None
+
+
 def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Query], budget_s: float,
                  *, three_base_ids: Sequence[int] = ()) -> dict:
     """Time the dense leg, the keyword leg, the fused statement and the filtered fused statement
@@ -551,12 +555,13 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         the p50 of each part of the fused statement, as stamped inside it.
     """
 
-    def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids):
+    def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids,
+            statement: str | None = None):
         with pool.connection() as conn:
             return run_search(
                 conn, base_ids=list(bases), model=model,
                 query_embedding=q.vector if dense else None, terms=q.terms if keyword else [],
-                top_k=TOP_K, filters=filters or Filters(),
+                top_k=TOP_K, filters=filters or Filters(), statement=statement,
             )
 
     every: dict[str, Callable[[Query], tuple]] = {
@@ -567,6 +572,9 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     }
     if three_base_ids:
         every["three_bases"] = lambda q: run(q, dense=True, keyword=True, bases=three_base_ids)
+    if BASELINE_STATEMENT:
+        # Another version of the fused statement, timed on the same queries in turn with the others.
+        every["fused_baseline"] = lambda q: run(q, dense=True, keyword=True, statement=BASELINE_STATEMENT)
     chosen = every
     for q in queries[:WARMUP_QUERIES]:
         for fn in chosen.values():
@@ -940,8 +948,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--case-budget-s", type=float, default=40.0,
                         help="seconds per search case: timing stops after (cases) x this (at least 10 queries)")
     parser.add_argument("--seed", type=int, default=20261129)
+    parser.add_argument("--baseline-statement", type=Path,
+                        help="also time this fused statement (e.g. `git show <commit>:sql/search/hybrid.sql`), "
+                             "query by query in turn with the others: case fused_baseline")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark bases (with --dsn)")
     args = parser.parse_args(argv)
+    global BASELINE_STATEMENT
+    if args.baseline_statement:
+        BASELINE_STATEMENT = args.baseline_statement.read_text(encoding="utf-8")
     command = "python benchmarks/search_latency.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     if os.environ.get("PGOPTIONS"):  # server settings tried from the environment are part of the command
         command = f"PGOPTIONS={shlex.quote(os.environ['PGOPTIONS'])} {command}"
@@ -1043,7 +1057,7 @@ def fmt(t: dict[str, float]) -> str:
 
 LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
           ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
-          ("three_bases", "fused over 3 bases"),
+          ("three_bases", "fused over 3 bases"), ("fused_baseline", "fused, --baseline-statement"),
           ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]
 
 

@@ -232,6 +232,7 @@ def run_search(
     plan: fusion.Plan | None = None,
     only_chunks: Sequence[int] | None = None,
     exclude_terms: Sequence[str] = (),
+    statement: str | None = None,
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
@@ -245,7 +246,9 @@ def run_search(
     holds also looks for the longer words containing it (:func:`compound_terms`), each
     weighing :data:`COMPOUND_WEIGHT` of an exact term. `only_chunks` (None: no such filter)
     and `exclude_terms` (chunks holding one are dropped) filter both legs, as the
-    filters do (:mod:`metis_pg.query_syntax`).
+    filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
+    ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
+    which may lack the columns of complete scores and routing).
     """
     if plan is None:
         plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
@@ -269,6 +272,9 @@ def run_search(
         "k1": k1,
         "b": b,
         **plan.params(),
+        # The weights as an unrouted rrf fuses with them (what an earlier statement takes).
+        "dense_weight": plan.weight_sum * plan.dense_share,
+        "keyword_weight": plan.weight_sum * (1 - plan.dense_share),
         "only_chunks": None if only_chunks is None else list(only_chunks),
         "exclude_terms": list(exclude_terms) or None,
         "leg_limit": leg_limit(legs_top_k or top_k),
@@ -276,7 +282,7 @@ def run_search(
         **filters.to_params(),
     }
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(sqlfiles.load("search/hybrid"), params).fetchall()
+        rows = cur.execute(statement or sqlfiles.load("search/hybrid"), params).fetchall()
     if not rows:
         return [], LegTimes()
     candidates = [
@@ -287,7 +293,7 @@ def run_search(
             dense=None if r["dense"] is None else float(r["dense"]), dense_rank=r["dense_rank"],
             keyword=None if r["keyword"] is None else float(r["keyword"]), keyword_rank=r["keyword_rank"],
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
-            share=r["share"], absent_share=r["absent_share"], bm25_ratio=r["bm25_ratio"],
+            share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
         )
         for r in rows
     ]

@@ -328,15 +328,23 @@ $function$;
 -- it would score there. A chunk holding none of the terms scores 0.
 --
 -- Arguments: p_base_ids, p_terms, p_term_weights, p_k1, p_b as bm25_top_k; p_chunk_ids bigint[],
--- the chunks to score (at most 2 x leg_limit: the statement passes the dense leg's chunks the
+-- the chunks to score (at most leg_limit: the statement passes the dense leg's chunks the
 -- keyword leg did not keep).
 -- Returns: chunk_id, score, one row per chunk of p_chunk_ids found in the bases.
 -- Cost: one primary-key range of posting_blocks per (chunk, term), one block_lengths row per chunk.
+-- PL/pgSQL like bm25_top_k: its statement is planned once per session (a generic plan).
 CREATE OR REPLACE FUNCTION bm25_chunk_scores(
     p_base_ids int[], p_terms text[], p_term_weights float8[], p_k1 float8, p_b float8, p_chunk_ids bigint[]
 ) RETURNS TABLE (chunk_id bigint, score float8)
-LANGUAGE sql STABLE PARALLEL RESTRICTED
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET plan_cache_mode = force_generic_plan
 AS $function$
+#variable_conflict use_column
+BEGIN
+    IF coalesce(cardinality(p_terms), 0) = 0 OR coalesce(cardinality(p_chunk_ids), 0) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
 WITH query_terms AS MATERIALIZED (
     SELECT bt.base_id, bt.term_id,
            ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
@@ -365,5 +373,6 @@ LEFT JOIN LATERAL (
                     ELSE pb.tfs[array_position(pb.offsets, a.o::smallint)] END AS tf
     ) AS t
     WHERE q.base_id = a.base_id AND t.tf IS NOT NULL
-) AS part ON true
+) AS part ON true;
+END
 $function$;

@@ -131,10 +131,12 @@ keyword AS MATERIALIZED (
 dense_missing AS MATERIALIZED (
     SELECT k.chunk_id, 1 - (e.embedding <=> %(query_embedding)s::halfvec) AS score
     FROM keyword AS k
-    -- A LATERAL: one primary-key lookup per chunk, never a scan of the vectors.
+    -- A LATERAL with LIMIT (never pulled up into a join): one primary-key lookup per chunk, never
+    -- a scan of the base's vectors.
     CROSS JOIN LATERAL (
         SELECT e.embedding FROM embeddings AS e
         WHERE e.chunk_id = k.chunk_id AND e.model = %(model)s::text AND e.base_id = ANY(%(base_ids)s::int[])
+        LIMIT 1
     ) AS e
     WHERE %(query_embedding)s::halfvec IS NOT NULL
       AND k.chunk_id NOT IN (SELECT chunk_id FROM dense)
