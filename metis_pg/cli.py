@@ -396,19 +396,24 @@ def print_answer(answer: SearchResponse) -> None:
 
 
 def _fusion_note(fusion: dict[str, Any]) -> str:
-    """Return `` · weights 1.5:1 · rrf_k 20`` for the fusion parts that are not the defaults, ``""`` else."""
+    """Return `` · rrf · weights 1.5:1 · rrf_k 20`` (or `` · convex tmm alpha 0.6``) for the fusion parts
+    that are not the defaults, and the routing features that fired; ``""`` else."""
     if "per_base" in fusion:
         return " · fusion per base"
     note = ""
-    if (fusion.get("dense_weight", _SPEC.dense_weight), fusion.get("keyword_weight", _SPEC.keyword_weight)) != (
-            _SPEC.dense_weight, _SPEC.keyword_weight):
-        note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
-    if fusion.get("rrf_k", _SPEC.rrf_k) != _SPEC.rrf_k:
-        note += f" · rrf_k {fusion['rrf_k']}"
-    if fusion.get("fusion", _SPEC.fusion) != _SPEC.fusion or (
-            fusion.get("fusion") == "convex" and fusion.get("alpha", _SPEC.alpha) != _SPEC.alpha):
-        note += f" · {fusion['fusion']}" + (f" {fusion.get('normalization')} alpha {fusion.get('alpha'):g}"
-                                           if fusion["fusion"] == "convex" else "")
+    function = fusion.get("fusion", _SPEC.fusion)
+    if function == "convex":
+        if (function, fusion.get("normalization"), fusion.get("alpha")) != (
+                _SPEC.fusion, _SPEC.normalization, _SPEC.alpha):
+            note += f" · convex {fusion.get('normalization')} alpha {fusion.get('alpha'):g}"
+    else:
+        if function != _SPEC.fusion:
+            note += f" · {function}"
+        if (fusion.get("dense_weight", _SPEC.dense_weight), fusion.get("keyword_weight", _SPEC.keyword_weight)) != (
+                _SPEC.dense_weight, _SPEC.keyword_weight):
+            note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
+        if fusion.get("rrf_k", _SPEC.rrf_k) != _SPEC.rrf_k:
+            note += f" · rrf_k {fusion['rrf_k']}"
     route = fusion.get("route") or {}
     if route.get("features"):
         note += f" · routed ({', '.join(route['features'])}: dense share {route['dense_share']:.2f})"

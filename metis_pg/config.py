@@ -116,6 +116,9 @@ class BaseSpec:
         normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
             to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
         alpha: convex only: the dense leg's share, 0 to 1.
+            Defaults (``convex``, ``minmax``, 0.8, routing on): chosen by leave-one-set-out
+            cross-validation over the shared sets and ours (``benchmarks/quality.py``,
+            ``docs/quality.md``); a spec stored before them reads as ``rrf`` without routing.
         routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
@@ -145,10 +148,10 @@ class BaseSpec:
     rrf_k: int = 60
     dense_weight: float = 2.0
     keyword_weight: float = 1.0
-    fusion: str = "rrf"
-    normalization: str = "tmm"
-    alpha: float = 0.5
-    routing: bool = False
+    fusion: str = "convex"
+    normalization: str = "minmax"
+    alpha: float = 0.8
+    routing: bool = True
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION
 

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
+from .chunking import embedding_text
 from .errors import InvalidInput
 from .readers import KINDS
 
@@ -156,7 +157,8 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
 def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],
                   limit: int = 100_000) -> list[int]:
     """Return the ids of the chunks of the bases holding every one of `phrases` (folded text, word
-    boundaries: :func:`metis_pg.query_syntax.phrase_pattern`), in no order.
+    boundaries: :func:`metis_pg.query_syntax.phrase_pattern`), in no order. The text matched is
+    what BM25 reads: title, headings and text (:func:`metis_pg.chunking.embedding_text`).
 
     Candidates are the chunks holding each selective term of a phrase (``sql/search/phrase_chunks.sql``,
     at most `limit` per phrase); their text is then matched here, where :func:`metis_pg.tokenizer.fold`
@@ -170,7 +172,8 @@ def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Se
         pattern = phrase_pattern(phrase)
         rows = conn.execute(sqlfiles.load("search/phrase_chunks"),
                             {"base_ids": list(base_ids), "terms": query_terms(phrase), "limit": limit}).fetchall()
-        holding = {chunk_id for chunk_id, text in rows if pattern.search(fold(text))}
+        holding = {chunk_id for chunk_id, title, headings, text in rows
+                   if pattern.search(fold(embedding_text(title, headings or (), text)))}
         kept = holding if kept is None else kept & holding
         if not kept:
             return []

@@ -35,9 +35,9 @@ __all__ = ["SHIFTS", "LONG_WORDS", "WEAK_RATIO", "QUESTION_WORDS", "identifier_w
 #: Shift of the dense share per feature (``absent``: per unit of the share of absent words).
 #: Chosen by cross-validation (benchmarks/quality.py --cv); see docs/quality.md.
 SHIFTS: dict[str, float] = {
-    "identifier": -0.1,
-    "phrase": -0.2,
-    "long": 0.0,
+    "identifier": 0.0,
+    "phrase": 0.0,
+    "long": -0.1,
     "question_word": 0.0,
     "absent": 0.0,
     "weak_bm25": 0.0,

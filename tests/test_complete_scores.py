@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import metis_pg
-from metis_pg import documents, fusion, retrieval, service, storage
+from metis_pg import documents, fusion, retrieval, routing, service, storage
 from metis_pg.chunking import embedding_text
 from metis_pg.config import BaseSpec
 from metis_pg.errors import InvalidInput
@@ -152,15 +152,22 @@ def test_the_statement_fuses_as_metis_pg_fusion_does(metis, kb, name, normalizat
 
 
 def test_the_answer_says_which_fusion_and_route(metis, kb):
-    answer = metis.search(kb.name, "firmware restore", fusion={"fusion": "convex", "alpha": 0.7, "routing": False})
+    answer = metis.search(kb.name, "firmware restore", fusion={"fusion": "convex", "normalization": "tmm", "alpha": 0.7,
+                                                               "routing": False})
     echo = answer.to_dict()["fusion"]
     assert (echo["fusion"], echo["normalization"], echo["alpha"], echo["routing"]) == ("convex", "tmm", 0.7, False)
     assert echo["route"]["dense_share"] == pytest.approx(0.7) and echo["route"]["features"] == []
-    routed = metis.search(kb.name, '"reset the router" admin_login', fusion={"routing": True})
-    route = routed.fusion["route"]
-    assert "identifier" in route["features"] and "phrase" in route["features"]
+    shifts = {"identifier": -0.2, "phrase": -0.3}
     spec = BaseSpec.from_json(metis.base(kb.name).spec)
-    assert route["dense_share"] < fusion.base_share(spec)
+    assert fusion.plan(spec, '"reset the router" admin_login', shifts={**routing.SHIFTS, **shifts}).fired == (
+        "identifier", "phrase")
+    routed = metis.search(kb.name, '"reset the router" admin_login the router page of the legacy firmware',
+                          fusion={"routing": True})
+    route = routed.fusion["route"]
+    assert {"identifier", "phrase", "long"} <= set(route["features"])
+    expected = min(1.0, max(0.0, fusion.base_share(spec) + sum(
+        routing.SHIFTS[f] for f in ("identifier", "phrase", "long", "question_word") if f in route["features"])))
+    assert route["dense_share"] == pytest.approx(expected)
 
 
 def _folded(text: str) -> str:

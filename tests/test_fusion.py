@@ -54,8 +54,9 @@ def bases(metis: metis_pg.Metis, tmp_path_factory: pytest.TempPathFactory) -> It
         bases_url["url"] = url
         model = {"embedding_model": hash_embedder.MODEL, "embedding_url": url, "embedding_dim": hash_embedder.DIM}
         try:
-            metis.create_base(names.plain, **model)
-            metis.create_base(names.weighted, **model, dense_weight=2.0, keyword_weight=0.5)
+            # Weighted RRF whatever the default fusion function is (issue 20: chosen by cross-validation).
+            metis.create_base(names.plain, **model, fusion="rrf", routing=False)
+            metis.create_base(names.weighted, **model, fusion="rrf", routing=False, dense_weight=2.0, keyword_weight=0.5)
             for name in (names.plain, names.weighted):
                 report = metis.index(name, root)
                 assert report.new == len(CORPUS) and report.chunks_without_vector == 0
@@ -93,8 +94,8 @@ def assert_weighted_rrf(answer, rrf_k: int, dense_weight: float, keyword_weight:
 # -- Python API ------------------------------------------------------------------
 
 
-def test_the_default_is_weighted_rrf_2_to_1_and_is_echoed(metis, bases):
-    # docs/quality.md: 2 : 1 never below 1 : 1 on the nine shared sets (1.5 : 1 was, on msmarco).
+def test_rrf_weights_default_to_2_to_1_and_are_echoed(metis, bases):
+    # The rrf parameters a base keeps (its fusion function may be convex: issue 20, docs/quality.md).
     assert (BaseSpec().rrf_k, BaseSpec().dense_weight, BaseSpec().keyword_weight) == (60, 2.0, 1.0)
     answer = metis.search(bases.plain, QUESTION, top_k=8)
     assert_weighted_rrf(answer, 60, 2.0, 1.0)
@@ -241,9 +242,12 @@ def test_cli_weights_and_rrf_k_reach_the_search_and_are_echoed(dsn, bases):
 def test_cli_says_which_weights_fused_when_they_are_not_the_defaults(dsn, bases):
     plain = run_cli("search", bases.plain, QUESTION, "--dsn", dsn)
     assert plain.code == 0, plain.stderr
-    assert plain.stdout.splitlines()[-1].startswith("hybrid · took ")
+    # The bases of this module fuse by rrf, which is not the default function (issue 20).
+    assert plain.stdout.splitlines()[-1].startswith("hybrid · rrf · took ")
     weighted = run_cli("search", bases.plain, QUESTION, "--weights", "1.5:1", "--rrf-k", "20", "--dsn", dsn)
-    assert weighted.stdout.splitlines()[-1].startswith("hybrid · weights 1.5:1 · rrf_k 20 · took ")
+    assert weighted.stdout.splitlines()[-1].startswith("hybrid · rrf · weights 1.5:1 · rrf_k 20 · took ")
+    convex = run_cli("search", bases.plain, QUESTION, "--fusion", "convex", "--alpha", "0.6", "--dsn", dsn)
+    assert convex.stdout.splitlines()[-1].startswith(f"hybrid · convex {BaseSpec().normalization} alpha 0.6 · took ")
     both = run_cli("search", f"{bases.plain},{bases.weighted}", QUESTION, "--dsn", dsn)
     assert both.stdout.splitlines()[-1].startswith("hybrid · fusion per base · took ")
 

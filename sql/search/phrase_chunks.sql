@@ -1,6 +1,6 @@
 -- The chunks that may hold a quoted phrase of the question (issue 20), with their text: those
 -- holding each of its selective terms (in at most a tenth of their base's chunks, and always the
--- rarest one), from the posting blocks. metis_pg.query_syntax then keeps those whose folded text
+-- rarest one), from the posting blocks. metis_pg.retrieval.phrase_chunks then keeps those whose folded text (title, headings and text)
 -- holds the phrase itself (its words in order, on word boundaries), and the search statement ranks
 -- only those (hybrid.sql: only_chunks).
 --
@@ -9,7 +9,8 @@
 --   %(terms)s     text[]  the phrase's distinct BM25 terms
 --   %(limit)s     int     how many chunks at most are returned (a phrase of common words only could
 --                         name most of a base: the caller says so instead)
--- Returns: chunk_id, text.
+-- Returns: chunk_id, title, headings, text (the phrase may be in the title or a heading: BM25 reads
+-- them with the text, chunking.embedding_text).
 WITH phrase_terms AS MATERIALIZED (
     SELECT bt.base_id, bt.term_id, bt.df,
            row_number() OVER (PARTITION BY bt.base_id ORDER BY bt.df, bt.term) AS rarity,
@@ -36,6 +37,6 @@ holding AS MATERIALIZED (
     HAVING count(*) = (SELECT count(*) FROM selective AS s WHERE s.base_id = pb.base_id)
     LIMIT %(limit)s
 )
-SELECT c.chunk_id, c.text
+SELECT c.chunk_id, c.title, c.headings, c.text
 FROM holding AS h
 JOIN chunks AS c ON c.chunk_id = h.chunk_id AND c.base_id = ANY(%(base_ids)s::int[])
