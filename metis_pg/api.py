@@ -12,12 +12,10 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
@@ -28,7 +26,6 @@ from .errors import (
     BaseNotFound,
     EmbeddingModelUnavailable,
     InvalidInput,
-    MetisError,
 )
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
@@ -66,21 +63,24 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
             created, one at another revision raises SchemaOutOfDate.
         read_dsns: streaming read replicas of `dsn` (URLs, or one comma-separated string);
             None = ``METIS_READ_DATABASE_URLS``. Reads go to them (:mod:`metis_pg.replicas`).
+        settings: the process settings, handed down to the pool, indexing, the models and evaluate;
+            None = the environment's (``METIS_*``), read when each is needed.
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or started, or a migration failed.
         SchemaOutOfDate: the schema is not the one this code needs: run ``metis db upgrade``.
     """
-    resolved = db.resolve_dsn(dsn, settings)
+    # None stays None for the Metis (it then follows the environment, :attr:`Metis.settings`).
+    now = settings or Settings.from_env()
+    resolved = db.resolve_dsn(dsn, now)
     if upgrade:
-        migrate.upgrade(resolved)
-    replicas_ = replicas.parse_urls(read_dsns if read_dsns is not None
-                                    else (settings or Settings.from_env()).read_database_urls)
+        migrate.upgrade(resolved, settings=now)
+    replicas_ = replicas.parse_urls(read_dsns if read_dsns is not None else now.read_database_urls)
     metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     try:
         if not upgrade:
             with metis.pool.connection() as conn:
-                created = migrate.check_revision(conn, resolved)
+                created = migrate.check_revision(conn, resolved, settings=now)
             if created:  # the pool's connections predate the pgvector types
                 metis.close()
                 metis = Metis(resolved, read_dsns=replicas_, settings=settings)
@@ -103,11 +103,19 @@ class Metis:
     def __init__(self, dsn: str, *, pool: ConnectionPool | None = None, read_dsns: Sequence[str] = (),
                  settings: Settings | None = None) -> None:
         self.dsn = dsn
-        self.pool = pool or db.open_pool(dsn, settings=settings)
+        self._settings = settings
+        self.pool = pool or db.open_pool(dsn, settings=self.settings)
         self._embedders: dict[BaseSpec, Embedder] = {}
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
-        self.replicas = (replicas.ReadRouter(self.pool, read_dsns, settings, primary_dsn=dsn)
+        self.replicas = (replicas.ReadRouter(self.pool, read_dsns, self.settings, primary_dsn=dsn)
                          if read_dsns else None)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings this database is used with, handed down to indexing, the models and evaluate:
+        those given to :func:`connect` (or the constructor), else the environment's, read at each use
+        (``METIS_*`` variables changed while the process runs count from then on)."""
+        return self._settings if self._settings is not None else Settings.from_env()
 
     def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> "tuple[T, list[SearchWarning]]":
         """Run ``read(pool)`` on a read replica when there are any (else on the primary); return
@@ -241,6 +249,7 @@ class Metis:
             storage.drop_base(conn, name)
 
     def _base_row(self, name: str, pool: db.Pool | None = None) -> storage.BaseRow:
+        """Return the row of the base `name` (its spec parsed once, ``row.base_spec``); BaseNotFound if none."""
         with (pool or self.pool).connection() as conn:
             return storage.get_base(conn, name)
 
@@ -249,13 +258,13 @@ class Metis:
     def embedder(self, spec: BaseSpec) -> Embedder:
         """Return the (shared) embedding client of a spec."""
         if spec not in self._embedders:
-            self._embedders[spec] = make_embedder(spec)
+            self._embedders[spec] = make_embedder(spec, settings=self.settings)
         return self._embedders[spec]
 
     def reranker(self, spec: BaseSpec) -> Reranker | None:
         """Return the (shared) reranker client of a spec, or None when it has none."""
         if spec not in self._rerankers:
-            self._rerankers[spec] = make_reranker(spec)
+            self._rerankers[spec] = make_reranker(spec, settings=self.settings)
         return self._rerankers[spec]
 
     # -- indexing ----------------------------------------------------------
@@ -304,30 +313,12 @@ class Metis:
             raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
         if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
             raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
-        created = False
-        try:
-            row = self._base_row(base)
-        except BaseNotFound:
-            self.create_base(base)
-            row = self._base_row(base)
-            created = True
-        try:
-            embedder = self.embedder(BaseSpec.from_json(row.spec))
-            if max_file_bytes is not None:
-                row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
-            with storage.indexer_session(self.pool, row.base_id):
-                return indexing.index_paths(
-                    self.pool, row, paths, embedder, source_name=source, on_progress=on_progress,
-                    batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
-                    on_embed_progress=on_embed_progress,
-                )
-        except MetisError:
-            # A refused run (a missing folder, a reserved source name) that created the base leaves none behind.
-            if created:
-                with contextlib.suppress(MetisError):  # the run's own error is the one to report
-                    if not self.base(base).documents:
-                        self.drop_base(base)
-            raise
+        return indexing.index(
+            self.pool, self.settings, base, paths, embedder_for=self.embedder, create_base=self.create_base,
+            max_file_bytes=max_file_bytes, source_name=source, on_progress=on_progress,
+            batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
+            on_embed_progress=on_embed_progress,
+        )
 
     def reembed(
         self,
@@ -360,7 +351,7 @@ class Metis:
             EmbeddingModelUnavailable: the new model did not answer; the base is unchanged.
         """
         row = self._base_row(base)
-        old = BaseSpec.from_json(row.spec)
+        old = row.base_spec
         if embedding_model is None:
             changes = {k: v for k, v in (("embedding_url", embedding_url), ("embedding_dim", embedding_dim),
                                          ("query_prefix", query_prefix), ("passage_prefix", passage_prefix),
@@ -378,9 +369,8 @@ class Metis:
                 query_prefix=query_prefix, passage_prefix=passage_prefix, embedding_protocol=embedding_protocol,
                 embedding_api_key_env=embedding_api_key_env,
             )
-        embedder = self.embedder(new)
-        with storage.indexer_session(self.pool, row.base_id):
-            return indexing.reembed(self.pool, row, new, embedder, on_progress=on_progress)
+        return indexing.reembed(self.pool, row, new, self.embedder(new), batch=self.settings.embed_batch_chunks,
+                                on_progress=on_progress)
 
     # -- notes and facts (SPEC F2, F11) -------------------------------------
 
@@ -395,7 +385,7 @@ class Metis:
             InvalidInput: empty or multi-line title, empty or oversized text.
         """
         row = self._base_row(base)
-        return notes.add_note(self.pool, row, self._embedder_or_none(row), title, text)
+        return notes.add_note(self.pool, self.settings, row, self._embedder_or_none(row), title, text)
 
     def notes(self, base: str) -> list[Note]:
         """Return the notes of `base`, oldest first.
@@ -438,7 +428,7 @@ class Metis:
             InvalidInput: not a memory base, empty text, unknown or already replaced `supersedes`.
         """
         row = self._base_row(base)
-        return notes.remember(self.pool, row, self._embedder_or_none(row), text, key=key,
+        return notes.remember(self.pool, self.settings, row, self._embedder_or_none(row), text, key=key,
                               supersedes=supersedes, observed_at=observed_at)
 
     def facts(self, base: str, *, holding_only: bool = False) -> list[Fact]:
@@ -452,7 +442,7 @@ class Metis:
 
     def _embedder_or_none(self, row: storage.BaseRow) -> Embedder | None:
         try:
-            return self.embedder(BaseSpec.from_json(row.spec))
+            return self.embedder(row.base_spec)
         except EmbeddingModelUnavailable:
             return None
 
@@ -483,34 +473,10 @@ class Metis:
             BaseNotFound: no such base.
             InvalidInput: the base has no folder source (nothing was ever indexed from a folder).
         """
-        found = [s for s in self.sources(base) if only is None or s.name in only]
-        if not found:
-            raise InvalidInput(f"base {base!r} has no folder to index again: give one (metis index FOLDER --base {base})")
-        reports = []
-        for s in found:
-            if on_source is not None:
-                on_source(s)
-            # A source of single files (`metis index notes/todo.md`) reads those files again, not
-            # their whole folder; one gone from it is kept, with a warning naming it.
-            targets, gone = [s.root], []
-            if not s.whole_folder:
-                files = [Path(s.root) / p for p in s.paths]
-                targets = [f for f in files if f.is_file()]
-                gone = [p for p, f in zip(s.paths, files) if not f.is_file()]
-            kept = tuple(f"{Path(s.root) / p}: no longer a file: its document is kept (drop the base or index its"
-                         f" folder to remove it)" for p in gone)
-            if not targets:
-                reports.append(IndexReport(base=base, status=self.base(base).status, warnings=kept))
-                continue
-            try:
-                report = self.index(base, *targets, source=s.name, **index_options)
-                reports.append(dataclasses.replace(report, warnings=tuple(report.warnings) + kept) if kept
-                               else report)
-            except InvalidInput as exc:
-                reports.append(IndexReport(base=base, status=self.base(base).status,
-                                           warnings=(f"source {s.name!r} not read again: {exc.message};"
-                                                     f" its {s.documents} documents are kept",)))
-        return reports
+        return indexing.reindex(base, self.sources(base), only=only, on_source=on_source,
+                                index_one=lambda paths, source: self.index(base, *paths, source=source,
+                                                                           **index_options),
+                                status=lambda: self.base(base).status)
 
     def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
                   ) -> "list[documents.DocumentInfo]":
@@ -670,7 +636,7 @@ class Metis:
         from . import evaluation, sqlfiles
 
         if not isinstance(eval_set, evaluation.EvalSet):
-            eval_set = evaluation.load(eval_set, cache_root=Settings.from_env().home / "eval-corpora")
+            eval_set = evaluation.load(eval_set, cache_root=self.settings.home / "eval-corpora")
         name = base or eval_set.name
         indexed = False
         try:
@@ -681,7 +647,7 @@ class Metis:
             self.index(name, eval_set.corpus, on_progress=on_index_progress)
             row = self._base_row(name)
             indexed = True  # a read replica must have replayed it before it is searched
-        spec = BaseSpec.from_json(row.spec)
+        spec = row.base_spec
         if modes is None:
             modes = ("hybrid", "dense", "keyword") + (("hybrid_no_rerank",) if spec.reranker_model else ())
         chunk_lines: dict[str, list[tuple[int, int]]] = {}

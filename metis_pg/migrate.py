@@ -68,9 +68,9 @@ def _engine(dsn: str, settings: Settings):
     return engine
 
 
-def _run(dsn: str, action) -> None:
+def _run(dsn: str, action, settings: Settings | None) -> None:
     cfg = _config(dsn)
-    settings = Settings.from_env()
+    settings = settings or Settings.from_env()  # the CLI's `metis db` commands and scripts give none
     engine = _engine(dsn, settings)
     try:
         try:
@@ -90,22 +90,24 @@ def _run(dsn: str, action) -> None:
         engine.dispose()
 
 
-def upgrade(dsn: str, revision: str = "head") -> None:
+def upgrade(dsn: str, revision: str = "head", *, settings: Settings | None = None) -> None:
     """Upgrade the database at `dsn` to `revision` (default: the newest).
+
+    `settings` gives the waits (None: the environment's).
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or a migration failed.
     """
     from alembic import command
 
-    _run(dsn, lambda cfg: command.upgrade(cfg, revision))
+    _run(dsn, lambda cfg: command.upgrade(cfg, revision), settings)
 
 
-def downgrade(dsn: str, revision: str) -> None:
+def downgrade(dsn: str, revision: str, *, settings: Settings | None = None) -> None:
     """Downgrade the database at `dsn` to `revision` (``"base"`` drops everything)."""
     from alembic import command
 
-    _run(dsn, lambda cfg: command.downgrade(cfg, revision))
+    _run(dsn, lambda cfg: command.downgrade(cfg, revision), settings)
 
 
 def head_revision() -> str:
@@ -115,7 +117,7 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(_config("postgresql://x")).get_current_head()
 
 
-def current_revision(dsn: str) -> str | None:
+def current_revision(dsn: str, *, settings: Settings | None = None) -> str | None:
     """Return the revision the database at `dsn` is at (None: never migrated).
 
     Raises:
@@ -123,7 +125,7 @@ def current_revision(dsn: str) -> str | None:
     """
     from alembic.runtime.migration import MigrationContext
 
-    settings = Settings.from_env()
+    settings = settings or Settings.from_env()  # the CLI gives none
     engine = _engine(dsn, settings)
     try:
         with engine.connect() as connection:
@@ -152,7 +154,7 @@ def stored_revision(conn: psycopg.Connection) -> str | None:
     return row[0] if row else None
 
 
-def check_revision(conn: psycopg.Connection, dsn: str) -> bool:
+def check_revision(conn: psycopg.Connection, dsn: str, *, settings: Settings | None = None) -> bool:
     """Make sure the schema is the one this code is written for, without running Alembic if it is.
 
     A database with no metis schema (new) is created with :func:`upgrade`; then True
@@ -168,7 +170,7 @@ def check_revision(conn: psycopg.Connection, dsn: str) -> bool:
     if revision == SCHEMA_REVISION:
         return False
     if revision is None:
-        upgrade(dsn)
+        upgrade(dsn, settings=settings)
         return True
     if revision < SCHEMA_REVISION:
         raise SchemaOutOfDate(

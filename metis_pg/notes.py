@@ -1,8 +1,9 @@
 """A base's own documents (SPEC F2, F11): notes, and the facts of memory bases.
 
 Both are Markdown documents of the source ``metis-<base>`` (a source with no
-folder), chunked, embedded and written by :func:`metis_pg.storage.write_document`
-in one transaction like any document, so they are searched like any document;
+folder) that go through the indexing pipeline like any document (chunk → tokenize →
+write words in one transaction → embed vectors: :func:`metis_pg.indexing.own_document`,
+:func:`metis_pg.indexing.embed_own`), so they are searched like any document;
 ``filters={"sources": ["metis-<base>"]}`` keeps them alone.
 
 - A note is ``notes/<id>-<slug>.md``: its title as a ``# heading``, then its text.
@@ -19,17 +20,15 @@ vectors (found by keywords) and the base is ``waiting``; the next
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import datetime, timezone
 
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
-from . import sqlfiles, storage
-from .chunking import Chunk, chunk_document, embedding_text
-from .config import BaseSpec
-from .errors import EmbeddingModelUnavailable, InvalidInput, NotFound
+from . import db, sqlfiles, storage
+from .config import BaseSpec, Settings
+from .errors import InvalidInput, NotFound
+from .indexing import embed_own, own_document
 from .models.embed import Embedder
 from .readers import markdown
 from .readers.document import Document, Section
@@ -76,49 +75,24 @@ def _check_size(text: str, spec: BaseSpec, what: str) -> bytes:
     return data
 
 
-def _vectors(embedder: Embedder | None, chunks: list[Chunk]) -> list | None:
-    """Return one vector per chunk, or None when the model does not answer."""
-    if embedder is None:
-        return None
-    try:
-        return list(embedder.embed_passages([embedding_text(c.title, c.headings, c.text) for c in chunks]))
-    except EmbeddingModelUnavailable:
-        return None
-
-
-def _write(
-    conn,
-    base: storage.BaseRow,
-    spec: BaseSpec,
-    source_id: int,
-    document_id: int,
-    document: Document,
-    data: bytes,
-    chunks: list[Chunk],
-    vectors: list | None,
-) -> None:
-    meta = storage.DocumentMeta(
-        document.path, document.title, document.kind, hashlib.sha256(data).hexdigest(), len(data)
-    )
-    storage.write_document(
-        conn, base_id=base.base_id, source_id=source_id, meta=meta, chunks=chunks, vectors=vectors,
-        model=spec.fingerprint, document_id=document_id,
-    )
-    if vectors is None:
-        storage.set_status(conn, base.base_id, "waiting")
+def _write(conn, base: storage.BaseRow, source_id: int, pending: storage.PendingDocument) -> None:
+    """Write the words of a note or fact (its vectors come after, :func:`embed_own`)."""
+    storage.write_documents(conn, base_id=base.base_id, source_id=source_id, documents=[pending],
+                            model=base.base_spec.fingerprint)
 
 
 # -- notes -------------------------------------------------------------------
 
 
-def add_note(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedder | None, title: str, text: str) -> int:
+def add_note(pool: db.Pool, settings: Settings, base: storage.BaseRow, embedder: Embedder | None,
+             title: str, text: str) -> int:
     """Store a note in `base` and return its id; it is searchable once this returns.
 
     Raises:
         InvalidInput: empty or multi-line title, title over 200 characters, empty
             text, or text over the base's ``max_file_bytes``.
     """
-    spec = BaseSpec.from_json(base.spec)
+    spec = base.base_spec
     title = (title or "").strip()
     if not title:
         raise InvalidInput("a note needs a title")
@@ -132,15 +106,14 @@ def add_note(pool: ConnectionPool, base: storage.BaseRow, embedder: Embedder | N
     with pool.connection() as conn:
         source_id = storage.ensure_source(conn, base.base_id, source_name(base.name), None)
         document_id = storage.new_document_id(conn)
-    document = markdown.read(f"notes/{document_id}-{slug(title)}.md", data)
-    chunks = chunk_document(document, chunk_size=spec.chunk_size)
-    vectors = _vectors(embedder, chunks)
+    pending = own_document(base, markdown.read(f"notes/{document_id}-{slug(title)}.md", data), data, document_id)
     with pool.connection() as conn:
-        _write(conn, base, spec, source_id, document_id, document, data, chunks, vectors)
+        _write(conn, base, source_id, pending)
+    embed_own(pool, settings, base, embedder, document_id)
     return document_id
 
 
-def list_notes(pool: ConnectionPool, base: storage.BaseRow) -> list[Note]:
+def list_notes(pool: db.Pool, base: storage.BaseRow) -> list[Note]:
     """Return the notes of `base`, oldest first (facts are not notes: see :func:`list_facts`)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
@@ -153,19 +126,15 @@ def list_notes(pool: ConnectionPool, base: storage.BaseRow) -> list[Note]:
     ]
 
 
-def delete_note(pool: ConnectionPool, base: storage.BaseRow, note_id: int) -> None:
+def delete_note(pool: db.Pool, base: storage.BaseRow, note_id: int) -> None:
     """Delete a note with its chunks, vectors and terms, in one transaction.
 
     Raises:
         NotFound: `base` has no note with this id (facts are not deleted here).
     """
     with pool.connection() as conn:
-        row = conn.execute(
-            "SELECT f.document_id IS NOT NULL FROM documents AS d JOIN sources AS s USING (source_id)"
-            " LEFT JOIN facts AS f ON f.base_id = d.base_id AND f.document_id = d.document_id"
-            " WHERE d.document_id = %s AND d.base_id = %s AND s.name = %s",
-            (note_id, base.base_id, source_name(base.name)),
-        ).fetchone()
+        row = conn.execute(sqlfiles.load("notes/note_or_fact"), {
+            "document_id": note_id, "base_id": base.base_id, "source": source_name(base.name)}).fetchone()
         if row is None or row[0]:
             raise NotFound(f"base {base.name!r} has no note {note_id} (`metis note list {base.name}`)")
         storage.delete_document(conn, base.base_id, note_id)
@@ -188,7 +157,8 @@ def _aware(observed_at: datetime | str | None) -> datetime:
 
 
 def remember(
-    pool: ConnectionPool,
+    pool: db.Pool,
+    settings: Settings,
     base: storage.BaseRow,
     embedder: Embedder | None,
     text: str,
@@ -216,7 +186,7 @@ def remember(
             f"base {base.name!r} holds documents, not facts: remember facts in a base of kind memory"
             " (`metis base create NAME --kind memory`)"
         )
-    spec = BaseSpec.from_json(base.spec)
+    spec = base.base_spec
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("the fact is empty")
     text = text.strip()
@@ -235,8 +205,7 @@ def remember(
         document_id = storage.new_document_id(conn)
     path = f"facts/{document_id}-{slug(text)}.md"
     document = Document(path, key or "fact", "md", (Section((), text, None, 1, 0),), text)
-    chunks = chunk_document(document, chunk_size=spec.chunk_size)
-    vectors = _vectors(embedder, chunks)
+    pending = own_document(base, document, data, document_id)
 
     with pool.connection() as conn, conn.transaction():
         storage.lock_base(conn, base.base_id)  # one writer: at most one fact per key holds
@@ -253,33 +222,25 @@ def remember(
             replaced.append(supersedes)
         replaced_by: tuple[int, datetime] | None = None
         if key is not None:
-            holder = conn.execute(
-                "SELECT document_id, observed_at FROM facts"
-                " WHERE base_id = %s AND key = %s AND superseded_by IS NULL",
-                (base.base_id, key),
-            ).fetchone()
+            holder = conn.execute(sqlfiles.load("notes/holding_fact"), {"base_id": base.base_id, "key": key}).fetchone()
             if holder is not None and holder[0] != supersedes:
                 if supersedes is None and holder[1] > observed:
                     replaced_by = (holder[0], holder[1])  # an older observation: it never held
                 else:
                     replaced.append(holder[0])
-        _write(conn, base, spec, source_id, document_id, document, data, chunks, vectors)
+        _write(conn, base, source_id, pending)
         if replaced:
-            conn.execute(
-                "UPDATE facts SET superseded_by = %s, superseded_at = %s"
-                " WHERE base_id = %s AND document_id = ANY(%s)",
-                (document_id, observed, base.base_id, replaced),
-            )
-        conn.execute(
-            "INSERT INTO facts (document_id, base_id, key, observed_at, superseded_by, superseded_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (document_id, base.base_id, key, observed,
-             replaced_by[0] if replaced_by else None, replaced_by[1] if replaced_by else None),
-        )
+            conn.execute(sqlfiles.load("notes/supersede_facts"), {
+                "base_id": base.base_id, "replaced": replaced, "document_id": document_id, "observed_at": observed})
+        conn.execute(sqlfiles.load("notes/add_fact"), {
+            "document_id": document_id, "base_id": base.base_id, "key": key, "observed_at": observed,
+            "superseded_by": replaced_by[0] if replaced_by else None,
+            "superseded_at": replaced_by[1] if replaced_by else None})
+    embed_own(pool, settings, base, embedder, document_id)
     return document_id
 
 
-def list_facts(pool: ConnectionPool, base: storage.BaseRow, *, holding_only: bool = False) -> list[Fact]:
+def list_facts(pool: db.Pool, base: storage.BaseRow, *, holding_only: bool = False) -> list[Fact]:
     """Return the facts of `base` in the order they were observed (replaced ones too unless `holding_only`)."""
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(

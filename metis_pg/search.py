@@ -237,7 +237,7 @@ class SearchPipeline:
         with self.pool.connection() as conn:
             rows = [storage.get_base(conn, n) for n in request.bases]
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
-        specs = {r.base_id: request.spec_for(BaseSpec.from_json(r.spec)) for r in rows}
+        specs = {r.base_id: request.spec_for(r.base_spec) for r in rows}
         warnings: list[SearchWarning] = []
         if not any(ch.isalnum() for ch in request.question):
             # No letter or digit (only punctuation, symbols): nothing to match; by meaning alone the

@@ -39,6 +39,7 @@ from typer.testing import CliRunner
 
 import metis_pg
 from metis_pg import db, migrate, storage
+from metis_pg.storage import counts, locks
 from metis_pg.cli import app
 from metis_pg.config import Settings
 
@@ -254,7 +255,7 @@ def test_a_held_write_lock_gives_base_busy_within_the_lock_timeout(dsn, metis, b
     metis.create_base(base_name)
     holder = psycopg.connect(dsn, autocommit=True)  # a superuser may still hold the key
     try:
-        holder.execute("SELECT pg_advisory_lock(%s, %s)", (storage._LOCK_SPACE, base_id(metis, base_name)))
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", (locks._LOCK_SPACE, base_id(metis, base_name)))
         with metis_with(dsn, fast(lock_timeout_s=1.0)) as m:
             started = time.monotonic()
             with pytest.raises(metis_pg.BaseBusy, match=rf"base '{base_name}' is being written by another session"):
@@ -412,7 +413,7 @@ def test_a_killed_embedded_postmaster_is_restarted_by_the_next_checkout(own_serv
 def test_a_count_that_cannot_be_written_never_fails_a_search(own_server, own_base, caplog):
     uri, _ = own_server
     read_only = uri + "&options=-c%20default_transaction_read_only%3Don"
-    storage._count_failures.clear()
+    counts._count_failures.clear()
     with metis_with(read_only, fast()) as m, caplog.at_level(logging.WARNING, logger="metis_pg.storage"):
         for _ in range(3):
             answer = m.search(own_base, "lantern", mode="keyword")
@@ -472,7 +473,7 @@ def test_a_full_disk_fails_writes_with_the_cause_and_searches_still_answer(own_s
         admin.execute("TRUNCATE search_counts")
         admin.execute("ALTER TABLE search_counts SET TABLESPACE tiny")
         filler = fill(tiny_disk)
-        storage._count_failures.clear()
+        counts._count_failures.clear()
 
         with caplog.at_level(logging.WARNING, logger="metis_pg.storage"):
             for mode in ("keyword", "hybrid", "keyword"):
@@ -535,7 +536,7 @@ def test_metis_serve_stops_the_embedded_server_on_sigterm(tmp_path):
 def test_record_search_without_a_free_connection_is_a_skipped_count(dsn, metis, base_name, caplog):
     # storage.record_search is the count the search pipeline makes: even its checkout cannot fail a search.
     metis.create_base(base_name)
-    storage._count_failures.clear()
+    counts._count_failures.clear()
     with metis_with(dsn, fast(database_wait_s=0.5), max_size=1) as m, \
             caplog.at_level(logging.WARNING, logger="metis_pg.storage"):
         with m.pool.connection():

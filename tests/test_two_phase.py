@@ -173,19 +173,20 @@ def test_a_changed_document_reuses_the_vectors_of_its_unchanged_chunk_texts(meti
         service.close()
 
 
-def test_metis_index_shows_an_embedding_bar_after_the_documents_bar(metis, base_name, tmp_path, monkeypatch):
+def test_metis_index_shows_an_embedding_bar_after_the_documents_bar(metis, base_name, tmp_path):
     from rich.console import Console
 
-    from metis_pg import cli
+    from metis_pg.cli.progress import index_with_progress
+    from metis_pg.cli.render import Renderer
 
     screen = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=screen, force_terminal=True, width=200, color_system=None))
+    shown_on = Renderer(err=Console(file=screen, force_terminal=True, width=200, color_system=None))
     service = FakeService(embedding_service(DIM))
     try:
         metis.create_base(base_name, embedding_model="test-embed", embedding_url=service.url,
                           embedding_dim=DIM, model_timeout_s=30.0)
         folder = write_corpus(tmp_path / "kb", many(12))
-        report = cli._index_with_progress(metis, base_name, [folder], None, quiet=False)
+        report = index_with_progress(shown_on, metis, base_name, [folder], None, quiet=False)
     finally:
         service.close()
     assert (report.chunks_embedded, report.status) == (12, "ready")

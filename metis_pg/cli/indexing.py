@@ -1,0 +1,150 @@
+"""Commands that fill a base: ``metis index``, ``metis reembed``, ``metis demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from ..errors import InvalidInput
+from .options import DsnOption, JsonOption, open_metis
+from .progress import count_bar, index_with_progress, reindex_with_progress
+from .render import renderer
+from .root import app
+
+__all__ = ["index", "reembed", "demo", "DEMO_QUESTIONS"]
+
+
+@app.command()
+def index(
+    ctx: typer.Context,
+    paths: Annotated[Optional[list[Path]], typer.Argument(
+        help="Folders (each a source) or files. None: every source of --base again (a folder whole, files "
+             "indexed one by one: those files).")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", "-b", help="Base name (created with defaults if missing).")] = None,
+    all_bases: Annotated[bool, typer.Option("--all", help="Index every folder source of every base again.")] = False,
+    source: Annotated[Optional[str], typer.Option("--source", help="Source name (default: the folder's name).")] = None,
+    max_file_mb: Annotated[Optional[float], typer.Option(
+        "--max-file-mb", min=0.000001, help="Skip files larger than this many MB (default: the base's, 20 MB).")] = None,
+    batch: Annotated[int, typer.Option(
+        "--batch", min=1, max=10_000,
+        help="Documents written per transaction at most (1: each as soon as it is read).")] = 100,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Index folders and files into a base, incrementally; with no path, read every source of the base again.
+
+    \b
+    Examples:
+      metis index ./handbook --base docs --max-file-mb 50
+      metis index --base docs     # every folder docs was indexed from: new, changed, deleted files
+                                  # (a file indexed on its own: that file again, not its folder)
+      metis index --all           # every base
+    """
+    r = renderer(ctx)
+    r.choose(json=as_json)
+    if all_bases and (paths or base):
+        raise InvalidInput("--all reads every source of every base again: give no path and no --base")
+    if not all_bases and base is None:
+        raise InvalidInput("name the base: metis index FOLDER --base NAME (or --base NAME alone to read its "
+                           "sources again, --all for every base)")
+    if source is not None and not paths:
+        raise InvalidInput("--source names the source of the paths given; with no path every source keeps its name")
+    max_file_bytes = None if max_file_mb is None else max(1, round(max_file_mb * 1_000_000))
+    options = {"max_file_bytes": max_file_bytes, "batch_documents": batch}
+    with open_metis(dsn) as m:
+        if paths:
+            known = m.base_names()
+            report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
+            if base not in known and not as_json:  # a typo'd --base would otherwise pass unnoticed
+                r.note(f"created base {base!r} with the defaults"
+                       + (f" (other bases: {', '.join(known)})" if known else ""))
+            if as_json:
+                r.json(report.to_dict())
+            else:
+                r.report(report)
+            return
+        names = m.base_names() if all_bases else [base]
+        done: list[dict[str, Any]] = []
+        for name in names:
+            if all_bases and not m.sources(name):
+                continue  # a base of notes or facts only: nothing to read again
+            for s, report in reindex_with_progress(r, m, name, quiet=as_json, **options):
+                done.append({**report.to_dict(), "source": s.name, "folder": s.root})
+                if not as_json:
+                    r.line(f"source {s.name} ({s.root})")
+                    r.report(report)
+    if as_json:
+        r.json(done)
+    elif not done:
+        r.out.print("no base has a folder source to index again")
+
+
+@app.command()
+def reembed(
+    ctx: typer.Context,
+    base: Annotated[str, typer.Argument(help="The base.")],
+    model: Annotated[Optional[str], typer.Option("--model", help="New embedding model (default: keep the model).")] = None,
+    url: Annotated[Optional[str], typer.Option("--url", help="Its service URL (none: in-process, bundled models).")] = None,
+    dim: Annotated[Optional[int], typer.Option("--dim", help="Its dimension (bundled models: known).")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", help="openai or tei.")] = "openai",
+    query_prefix: Annotated[Optional[str], typer.Option(help="Overrides the model's query prefix.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Embed every chunk of a base with another model, then switch the base to it.
+
+    New vectors are built beside the old ones and the base switches in one
+    transaction; searches meanwhile use the old model, never a mix.
+
+    Example: metis reembed docs --model e5-large --url http://127.0.0.1:8081 --dim 1024
+    """
+    r = renderer(ctx)
+    r.choose(json=as_json)
+    with open_metis(dsn) as m, count_bar(r, "embedding", "chunks", quiet=as_json) as bar:
+        task = bar.add_task("reembed", total=None)
+        report = m.reembed(
+            base, embedding_model=model, embedding_url=url, embedding_dim=dim, embedding_protocol=protocol,
+            query_prefix=query_prefix, on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    if as_json:
+        r.json(report.to_dict())
+    else:
+        r.out.print(f"{report.base}: {report.old_model} → {report.new_model} · {report.chunks_embedded} chunks "
+                    f"embedded, {report.vectors_deleted} old vectors deleted · {report.seconds:.1f} s")
+
+
+DEMO_QUESTIONS = (
+    "how are identifiers like PO-2231 found by keyword search?",
+    "what happens when the embedding model does not answer?",
+    "which kinds of files can be indexed?",
+)
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="Folders or files (default: docs/ and README.md).")] = None,
+    base: Annotated[str, typer.Option("--base", "-b")] = "demo",
+    top_k: Annotated[int, typer.Option("--top-k", "-k")] = 3,
+    question: Annotated[Optional[list[str]], typer.Option("--question", "-q", help="Ask this (repeatable).")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Index documents into a base and run example searches, printing cited results.
+
+    Example: metis demo ../handbook -q "how many vacation days"
+    """
+    r = renderer(ctx)
+    if not paths:
+        root = Path(__file__).resolve().parents[2]
+        paths = [p for p in (root / "docs", root / "README.md") if p.exists()]
+        if not paths:
+            raise typer.BadParameter("no docs/ or README.md next to the package: give a folder to index")
+    with open_metis(dsn, upgrade=True) as m:  # the main job: bring the schema to head first
+        report = index_with_progress(r, m, base, paths, None, quiet=False)
+        r.report(report)
+        for q in question or DEMO_QUESTIONS:
+            r.out.print(f"\n[bold]? {escape(q)}[/]", markup=True)
+            r.answer(m.search(base, q, top_k=top_k))

@@ -1,0 +1,211 @@
+"""Commands that read a base: ``metis search``, ``metis get``, ``metis ls``, ``metis eval``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import InvalidInput
+from .options import CsvOption, DsnOption, FilesOption, JsonlOption, JsonOption, MdOption, fusion_option, open_metis
+from .progress import count_bar
+from .render import SPEC, renderer
+from .root import app
+
+__all__ = ["search", "get_command", "ls_command", "eval_command"]
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    bases: Annotated[str, typer.Argument(help="Base name, or several separated by commas.")],
+    question: Annotated[str, typer.Argument(help="The question.")],
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="hybrid (default), dense or keyword.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Number of results (1-100).")] = 10,
+    no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Skip the reranker.")] = False,
+    prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Keep this kind (repeatable).")] = None,
+    source: Annotated[Optional[list[str]], typer.Option("--source", help="Keep this source (repeatable).")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Ask three ways (hybrid, dense, keyword) and say why "
+                                                            "each passage came up.")] = False,
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="DENSE:KEYWORD weights of the legs in the fusion, e.g. 1.5:1 "
+                          "(default: the base's, 2:1 unless set at creation).")] = None,
+    rrf_k: Annotated[Optional[int], typer.Option(
+        "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {SPEC.rrf_k} unless set at creation).")] = None,
+    fusion_function: Annotated[Optional[str], typer.Option(
+        "--fusion", help="rrf (ranks) or convex (normalized scores); default: the base's.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(
+        "--alpha", help="convex: the dense leg's share, 0-1; default: the base's.")] = None,
+    routing: Annotated[Optional[bool], typer.Option(
+        "--routing/--no-routing", help="Shift the dense share per question from its features; default: the base's.")] = None,
+    min_score: Annotated[Optional[float], typer.Option(
+        "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
+                            "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
+    consistent: Annotated[bool, typer.Option(
+        "--consistent", help="Read your writes: search a read replica only once it has replayed every write "
+                             "committed so far (else the primary).")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+    as_jsonl: JsonlOption = False,
+    as_csv: CsvOption = False,
+    as_md: MdOption = False,
+    as_files: FilesOption = False,
+) -> None:
+    """Search one or several bases; print cited passages with their scores.
+
+    In the question, "a quoted phrase" keeps only passages holding it, and -word drops passages
+    holding the word: metis search docs '"reset the router" -legacy' (one argument; a question
+    starting with "-" goes after "--": metis search -- docs "-legacy router").
+
+    \b
+    Examples:
+      metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
+      metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
+      metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
+    """
+    from ..formats import cut_below, search_output
+
+    r = renderer(ctx)
+    fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
+    filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
+    names = [b.strip() for b in bases.split(",") if b.strip()]
+    fusion = fusion_option(weights, rrf_k)
+    extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
+    if any(v is not None for v in extra.values()):
+        fusion = {**(fusion or {}), **{k: v for k, v in extra.items() if v is not None}}
+    if compare:
+        if mode is not None:
+            raise InvalidInput(f"--compare asks all three modes (hybrid, dense, keyword): drop --mode {mode}")
+        if fmt not in ("text", "json"):
+            raise InvalidInput(f"--compare prints a table or --json, not --{fmt}")
+        if min_score is not None:
+            raise InvalidInput("--compare shows every passage of every mode: drop --min-score")
+        with open_metis(dsn) as m:
+            result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
+                               filters={k: v for k, v in filters.items() if v}, fusion=fusion)
+        if fmt == "json":
+            r.json(result.to_dict())
+        else:
+            r.comparison(result)
+        return
+    with open_metis(dsn) as m:
+        answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
+                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent)
+    answer, dropped = cut_below(answer, min_score)
+    if fmt == "text":
+        r.answer(answer)
+        if dropped:
+            r.dim(f"{dropped} results scored below --min-score {min_score:g} left out")
+        return
+    if fmt != "json":  # the other formats have no place for them: stderr, stdout stays a clean list
+        for w in answer.warnings:
+            r.err.print(f"warning: {w.message}")
+    if dropped:
+        r.err.print(f"{dropped} results scored below --min-score {min_score:g} left out")
+    sys.stdout.write(search_output(answer, fmt))
+
+
+@app.command("get")
+def get_command(
+    ctx: typer.Context,
+    base: Annotated[str, typer.Argument(help="The base.")],
+    documents: Annotated[list[str], typer.Argument(
+        help="DOCUMENT (its path, as `metis ls` lists it), DOCUMENT:LINE (the chunk a search cites at that line), "
+             "'DOCUMENT p.N' (a PDF page), or a glob such as 'guide/*.md'; several.")],
+    source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    max_bytes: Annotated[Optional[int], typer.Option(
+        "--max-bytes", min=1, help="Print at most this many bytes (UTF-8) of each document's text, and say what "
+                                   "was cut.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print documents of a base as they are indexed (from their chunks), each with its citation.
+
+    \b
+    Examples:
+      metis get docs guide/leave.md:12     # the passage a search cited at line 12
+      metis get docs 'guide/*.md' --max-bytes 2000
+    """
+    from ..documents import cut_utf8
+
+    r = renderer(ctx)
+    r.choose(json=as_json)
+    with open_metis(dsn) as m:
+        found = m.get(base, *documents, source=source)
+    shown = [(d, cut_utf8(d.text, max_bytes), len(d.text.encode("utf-8"))) for d in found]
+    if as_json:
+        r.json([{**d.to_dict(), "text": cut, "bytes": size, "truncated": len(cut) < len(d.text)}
+                for d, cut, size in shown])
+    else:
+        r.document_texts(shown)
+
+
+@app.command("ls")
+def ls_command(
+    ctx: typer.Context,
+    base: Annotated[str, typer.Argument(help="The base.")],
+    prefix: Annotated[Optional[str], typer.Argument(help="Only paths starting with it, e.g. guide/.")] = None,
+    source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+    as_jsonl: JsonlOption = False,
+    as_csv: CsvOption = False,
+    as_md: MdOption = False,
+    as_files: FilesOption = False,
+) -> None:
+    """List the documents of a base: path, kind, chunks, when indexed, source.
+
+    \b
+    Examples:
+      metis ls docs guide/
+      metis ls docs --files | grep -c '[.]pdf$'
+    """
+    from ..formats import documents_output
+
+    r = renderer(ctx)
+    fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
+    with open_metis(dsn) as m:
+        found = m.documents(base, prefix, source=source)
+    if fmt != "text":
+        sys.stdout.write(documents_output(found, fmt))
+    else:
+        r.documents(found, prefix)
+
+
+@app.command("eval")
+def eval_command(
+    ctx: typer.Context,
+    eval_set: Annotated[Path, typer.Argument(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
+                                                  "or a JSON evaluation set (docs/evaluation.md).")],
+    base: Annotated[Optional[str], typer.Option("--base", "-b", help="Base searched (default: the set's name; "
+                                                                      "indexed from the set's corpus if missing).")] = None,
+    mode: Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="hybrid, dense, keyword or "
+                                                      "hybrid_no_rerank (repeatable; default all that apply).")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Passages asked per search (1-100).")] = 50,
+    per_query: Annotated[bool, typer.Option("--per-query", help="With --json: each question's scores too.")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Evaluate search on a set: nDCG@10, Recall@10/@50, MRR@10, zero results, p50/p95 per mode and query type.
+
+    Example: metis eval ../shared/data/cranfield
+    """
+    r = renderer(ctx)
+    r.choose(json=as_json)
+    with open_metis(dsn) as m, count_bar(r, None, quiet=as_json) as bar:
+        indexing_task = bar.add_task("indexing", total=None, visible=False)
+        task = bar.add_task("searching", total=None)
+
+        def on_index(done: int, total: int, chunks: int) -> None:
+            bar.update(indexing_task, completed=done, total=total, visible=True)
+
+        report = m.evaluate(base, eval_set, modes=mode or None, top_k=top_k,
+                            on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+                            on_index_progress=on_index)
+    if as_json:
+        r.json(report.to_dict(per_query=per_query))
+    else:
+        r.evaluation(report)

@@ -1,0 +1,498 @@
+"""The indexing pipeline: ensure base → read → chunk → tokenize → write words → embed vectors (SPEC F2-F4).
+
+Two phases (issue 14): phase 1 (words) reads, chunks, tokenizes and writes every
+new or changed document's chunks and postings for the whole run without calling
+the embedding model, so keyword search answers as soon as a batch is written
+(hybrid searches meanwhile answer with the ``NO_VECTOR_YET`` warning); chunks of
+a changed document whose text did not change keep their vectors. Phase 2
+(meaning) then embeds every chunk of the base lacking a vector
+(:func:`embed_missing`), writing each batch as it finishes: a Ctrl-C or kill
+keeps what is embedded and the next run embeds only the rest.
+
+Incremental (F3): a document whose content hash is unchanged is skipped; a
+changed one is re-chunked and written in the transaction that also deletes its
+previous version (reusing the vectors of chunks whose text did not change); a
+document gone from its folder is deleted with everything it owns. Documents are
+written in batches, one transaction each (:class:`_Batch`).
+
+When the embedding model does not answer (F14), the chunks keep no vector,
+the base becomes ``waiting``, and the model is not called again during that
+run; the next run embeds exactly the chunks that lack a vector, then returns
+the base to ``ready``.
+
+One file never stops a run (issue 13): any exception while reading or
+chunking one file (a reader's refusal, an ``OSError``, a parser's
+``ValueError`` or ``RecursionError``, ``MemoryError``, the per-file time
+budget running out, ...) skips that file with a reason naming it in
+``report.failed``; only ``KeyboardInterrupt``/``SystemExit`` and database errors
+end the run. Everything stored is cleaned of NUL and lone surrogates
+(:func:`metis_pg.readers.clean_document`). A file name with bytes that are not
+UTF-8 is indexed under its relative path with each such byte written ``\\xNN``
+(``caf\\xe9.md``): the same name on every run, so it is unchanged the second
+time and its deletion is seen. A folder that cannot be listed (permissions, I/O
+error) keeps its indexed documents, with a warning naming it: a walk error is
+never a deletion; a file that is listed but cannot be opened keeps its indexed
+version too (it is in ``report.failed``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from .. import db, storage
+from ..chunking import Chunk, chunk_document, chunk_terms, embedding_text
+from ..config import BaseSpec, Settings
+from ..documents import SourceInfo
+from ..errors import (
+    BaseNotFound,
+    DatabaseUnavailable,
+    EmbeddingModelUnavailable,
+    InvalidInput,
+    MetisError,
+    UnreadableDocument,
+)
+from ..models.embed import Embedder
+from ..readers import display_path, kind_of, read_document, time_budget, versioned_hash
+from ..readers.document import Document
+from ..results import FailedDocument, IndexReport
+from ..tokenizer import TOKENIZER_VERSION
+from . import sources, vectors
+
+__all__ = ["Progress", "index", "index_paths", "reindex", "tokenize", "own_document", "embed_own"]
+
+log = logging.getLogger(__name__)
+
+#: Called after each document: (documents done, documents in all, chunks written so far).
+Progress = Callable[[int, int, int], None]
+
+
+def tokenize(chunks: Sequence[Chunk]) -> list[list[str]]:
+    """Return the BM25 terms of each chunk (:func:`metis_pg.chunking.chunk_terms`)."""
+    return [chunk_terms(c) for c in chunks]
+
+
+def index(
+    pool: db.Pool,
+    settings: Settings,
+    name: str,
+    paths: Sequence[str | os.PathLike],
+    *,
+    embedder_for: Callable[[BaseSpec], Embedder],
+    create_base: Callable[[str], object],
+    max_file_bytes: int | None = None,
+    **options,
+) -> IndexReport:
+    """Index files and folders into the base `name`, created by ``create_base(name)`` if missing.
+
+    Ensures the base, then runs :func:`index_paths` as its one indexer
+    (:func:`metis_pg.storage.indexer_session`). A refused run (a missing folder, a reserved
+    source name) that created the base leaves none behind. `max_file_bytes` overrides the
+    spec's for this run; `options` are those of :func:`index_paths`.
+
+    Raises:
+        InvalidInput, BaseBusy, DatabaseUnavailable: as :func:`index_paths` and the indexer lock.
+    """
+    created = False
+    try:
+        with pool.connection() as conn:
+            row = storage.get_base(conn, name)
+    except BaseNotFound:
+        create_base(name)
+        with pool.connection() as conn:
+            row = storage.get_base(conn, name)
+        created = True
+    try:
+        embedder = embedder_for(row.base_spec)
+        if max_file_bytes is not None:
+            row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
+        with storage.indexer_session(pool, row.base_id):
+            return index_paths(pool, settings, row, paths, embedder, **options)
+    except MetisError:
+        if created:
+            with contextlib.suppress(MetisError):  # the run's own error is the one to report
+                with pool.connection() as conn:
+                    rows = storage.list_bases(conn, name)
+                    if rows and not rows[0]["documents"]:
+                        storage.drop_base(conn, name)
+        raise
+
+
+@dataclass
+class _Run:
+    """What one indexing run did so far.
+
+    Attributes:
+        counts: the counters of :class:`~metis_pg.results.IndexReport` by name (``read``, ``new``,
+            ``changed``, ``unchanged``, ``deleted``, ``chunks``, ``chunks_embedded``).
+    """
+
+    base: str
+    counts: Counter[str] = field(default_factory=Counter)
+    failed: list[FailedDocument] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    model_down: str | None = None
+
+
+
+
+def index_paths(
+    pool: db.Pool,
+    settings: Settings,
+    base: storage.BaseRow,
+    paths: Sequence[str | os.PathLike],
+    embedder: Embedder | None,
+    *,
+    source_name: str | None = None,
+    on_progress: Progress | None = None,
+    batch_documents: int = 100,
+    file_time_budget_s: float | None = None,
+    on_embed_progress: vectors.EmbedProgress | None = None,
+) -> IndexReport:
+    """Index files and folders into `base`; return what was done.
+
+    Phase 1 writes the words of every new or changed document (searchable by
+    keyword batch by batch), phase 2 then embeds every chunk of the base without
+    a vector (module docstring). The base shows ``indexing`` throughout, then
+    ``ready``, or ``waiting`` when the model did not answer.
+
+    A folder is a source (named after it unless `source_name`); its documents that
+    are gone from it are deleted, except those under a folder that could not be
+    listed (kept, with a warning naming the folder). A single file is indexed into
+    the source of its folder. Documents are written in batches of at most
+    `batch_documents` (see :class:`_Batch`).
+
+    Args:
+        on_progress: phase 1, after each file: (documents done, documents in all, chunks written).
+        on_embed_progress: phase 2, after each batch of vectors: (chunks embedded, chunks to embed).
+        file_time_budget_s: seconds the reading and chunking of one file may take
+            before it is skipped ("took longer than 60 s to read: skipped"); None:
+            ``settings.file_time_budget_s`` (default 60). The bound is
+            checked in the readers' and chunker's loops: one library call that does
+            not return to them (pypdf on one page, the HTML parse) can overrun it
+            (:func:`metis_pg.readers.time_budget`).
+
+    Raises:
+        InvalidInput: a path does not exist, cannot be examined, or is not a kind metis reads.
+    """
+    started = time.perf_counter()
+    spec = base.base_spec
+    run = _Run(base=base.name)
+    budget = settings.file_time_budget_s if file_time_budget_s is None else file_time_budget_s
+    unlisted: dict[Path, str] = {}
+
+    def skipped(path: Path, reason: str) -> None:
+        run.warnings.append(f"{display_path(str(path))}: skipped: {display_path(reason)}")
+
+    def not_listed(folder: Path, reason: str) -> None:
+        unlisted[folder] = reason
+
+    plans = [sources.plan_source(Path(p), source_name, skipped, not_listed) for p in paths]
+    sources.refuse_reserved_names(base, plans)
+    total = sum(len(plan.files) for plan in plans)
+
+    with pool.connection() as conn:
+        sources.refuse_nested_sources(conn, base, plans)
+        # Every source is checked (a name reading another folder is refused) before anything is
+        # written or the base is marked as indexing: a refused run leaves the base as it was.
+        source_ids = [
+            storage.ensure_source(conn, base.base_id, name, display_path(str(root)), whole_folder=deletes)
+            for name, root, _, deletes in (_fields(p) for p in plans)
+        ]
+        storage.set_status(conn, base.base_id, "indexing")
+
+    # Phase 1 (words): no call to the embedding model. A base whose postings an older tokenizer
+    # made reads every document again (vectors of unchanged chunk texts are reused).
+    retokenize = spec.tokenizer_version != TOKENIZER_VERSION
+    done = 0
+    for (name, root, files, deletes), source_id in zip((_fields(p) for p in plans), source_ids):
+        with pool.connection() as conn:
+            known = storage.document_hashes(conn, source_id)
+        seen: set[str] = set()
+        batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents)
+        for path in files:
+            rel = display_path(path.relative_to(root).as_posix())
+            if rel in seen:  # two names alike once their undecodable bytes are written \xNN
+                run.failed.append(FailedDocument(rel, f"{display_path(str(path))}: another file of this folder"
+                                                      f" is indexed under the same name {rel!r}: skipped"))
+            else:
+                seen.add(rel)
+                pending = _read_file(pool, spec, run, path, rel, known.get(rel), budget, retokenize=retokenize)
+                if pending is not None:
+                    batch.add(pending)
+            batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
+            done += 1
+            if on_progress:
+                on_progress(done, total, run.counts["chunks"])
+        batch.write()
+        # A folder that could not be listed is not a folder whose files are gone.
+        blind = [display_path(f.relative_to(root).as_posix()) for f in unlisted if f.is_relative_to(root)]
+        kept: dict[str, int] = {}
+        if deletes:
+            for rel, (document_id, _) in known.items():
+                if rel in seen:
+                    continue
+                hidden = next((b for b in blind if b == "." or rel.startswith(b + "/")), None)
+                if hidden is not None:
+                    kept[hidden] = kept.get(hidden, 0) + 1
+                    continue
+                with pool.connection() as conn:
+                    storage.delete_document(conn, base.base_id, document_id)
+                run.counts["deleted"] += 1
+        for folder, reason in unlisted.items():
+            if not folder.is_relative_to(root):
+                continue
+            rel = display_path(folder.relative_to(root).as_posix())
+            count = kept.get(rel, 0)
+            run.warnings.append(
+                f"{display_path(str(folder))}: folder {reason}: not indexed"
+                + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
+            )
+
+    # Re-tokenized only when every document of those sources was read: whole folders, all listed.
+    if retokenize and not run.failed and not unlisted and all(p.deletes for p in plans):
+        with pool.connection() as conn:
+            if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
+                spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
+            else:
+                run.warnings.append(
+                    f"base {base.name!r} still holds documents of other folders with the terms of tokenizer"
+                    f" version {spec.tokenizer_version}: `metis index --base {base.name}` re-tokenizes every folder"
+                )
+
+    # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
+    if embedder is not None:
+        try:
+            run.counts["chunks_embedded"] += vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
+                                                         on_progress=on_embed_progress)
+        except EmbeddingModelUnavailable as exc:
+            run.model_down = exc.message
+            run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
+
+    with pool.connection() as conn:
+        missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+        status = "waiting" if missing else "ready"
+        storage.set_status(conn, base.base_id, status, indexed=True)
+    if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
+        run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
+    return IndexReport(
+        base=base.name, **run.counts, failed=tuple(run.failed),
+        chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
+        seconds=time.perf_counter() - started,
+    )
+
+
+#: A batch of documents is written (one transaction) once it holds this many chunks,
+#: its maximum of documents, or its first document has waited this many seconds.
+_BATCH_CHUNKS = 500
+_BATCH_SECONDS = 1.0
+
+
+class _Batch:
+    """Documents read, waiting to be written in one transaction.
+
+    Writing many small documents at once costs one update of the base's BM25
+    statistics instead of one per document (docs/performance.md). A document is
+    searchable by its words at most about a second after it was read, and a process
+    killed before :meth:`write` loses only the unwritten batch: the next ``metis index``
+    reads those files again, as they are still new or changed.
+    """
+
+    def __init__(self, pool: db.Pool, base_id: int, source_id: int, model: str, run: _Run, *,
+                 max_documents: int) -> None:
+        self._pool, self._base_id, self._source_id, self._model, self._run = pool, base_id, source_id, model, run
+        self._max_documents = max_documents
+        self._pending: list[storage.PendingDocument] = []
+        self._chunks = 0
+        self._since = 0.0
+
+    def add(self, document: storage.PendingDocument) -> None:
+        """Queue a document; write the batch once it is full or has waited long enough."""
+        if not self._pending:
+            self._since = time.monotonic()
+        self._pending.append(document)
+        self._chunks += len(document.chunks)
+        # Counted when queued, so progress moves with reading; a failed write raises anyway.
+        self._run.counts["chunks"] += len(document.chunks)
+        if document.replaces is None:
+            self._run.counts["new"] += 1
+        else:
+            self._run.counts["changed"] += 1
+        self.write_if_due()
+
+    def write_if_due(self) -> None:
+        """Write the batch if it is full or its first document has waited long enough."""
+        if self._pending and (self._chunks >= _BATCH_CHUNKS or len(self._pending) >= self._max_documents
+                              or time.monotonic() - self._since >= _BATCH_SECONDS):
+            self.write()
+
+    def write(self) -> None:
+        """Write the queued documents in one transaction."""
+        if not self._pending:
+            return
+        with self._pool.connection() as conn:
+            storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
+                                    documents=self._pending, model=self._model)
+        self._pending, self._chunks = [], 0
+
+
+def _read_file(
+    pool: db.Pool,
+    spec: BaseSpec,
+    run: _Run,
+    path: Path,
+    rel: str,
+    known: tuple[int, str] | None,
+    budget_s: float | None = None,
+    *,
+    retokenize: bool = False,
+) -> storage.PendingDocument | None:
+    """Read and chunk a new or changed file; None when it is unchanged or unreadable.
+
+    With `retokenize` (the base's postings are an older tokenizer's) an unchanged file
+    is read again too, and counted as changed.
+
+    Its chunks carry the vectors of the chunk texts its indexed version already
+    had, and None for the others (embedded in phase 2).
+
+    Any exception while reading or chunking the file, except a database error,
+    puts it in ``run.failed`` with a reason naming it (:func:`_failure_reason`);
+    a file already indexed keeps its indexed version.
+    """
+    shown = display_path(str(path))
+    try:
+        info = path.stat()
+        if not path.is_file():  # a FIFO or device named .txt would block the hash below
+            raise UnreadableDocument(f"{shown}: not a regular file")
+        size = info.st_size
+        if size > spec.max_file_bytes:
+            raise UnreadableDocument(f"{shown}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
+        file_hash, size = sources.hash_file(path)
+        content_hash = versioned_hash(file_hash, kind_of(path))  # a newer reader reads the file again
+        if known is not None and known[1] == content_hash and not retokenize:
+            run.counts["unchanged"] += 1
+            return None
+        with time_budget(budget_s, str(path)):
+            document = read_document(path, max_bytes=spec.max_file_bytes)
+            chunks = chunk_document(document, chunk_size=spec.chunk_size)
+    except (psycopg.Error, DatabaseUnavailable):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one file never ends the run (module docstring)
+        reason = _failure_reason(shown, exc)
+        if known is not None:
+            reason += " (its indexed version is kept)"
+        log.warning("skipped %s", reason)
+        run.failed.append(FailedDocument(rel, reason))
+        return None
+    run.counts["read"] += 1
+    for w in document.warnings:
+        run.warnings.append(f"{rel}: {w}")
+    reuse = {}
+    if known:
+        with pool.connection() as conn:
+            rows = storage.reusable_vectors(conn, known[0], spec.fingerprint)
+        reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
+    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
+    return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
+                                   replaces=known[0] if known else None, terms=tokenize(chunks))
+
+
+def _failure_reason(shown: str, exc: Exception) -> str:
+    """Return why a file was skipped, starting with its path `shown`: ``"<path>: <reason>"``."""
+    if isinstance(exc, UnreadableDocument):
+        return display_path(exc.message)
+    if isinstance(exc, OSError):
+        return f"{shown}: cannot open: {exc.strerror or exc}"
+    if isinstance(exc, RecursionError):
+        return f"{shown}: nested too deeply to read (RecursionError)"
+    if isinstance(exc, MemoryError):
+        return f"{shown}: out of memory while reading"
+    detail = display_path(str(exc))[:300]
+    return f"{shown}: could not be read ({type(exc).__name__}{': ' + detail if detail else ''})"
+
+
+def reindex(
+    base: str,
+    found: Sequence[SourceInfo],
+    *,
+    index_one: Callable[[Sequence[Path], str], IndexReport],
+    status: Callable[[], str],
+    only: Sequence[str] | None = None,
+    on_source: Callable[[SourceInfo], None] | None = None,
+) -> list[IndexReport]:
+    """Index the folder sources `found` of `base` again (those named in `only`); one report each.
+
+    ``index_one(paths, source name)`` indexes; ``status()`` is the base's status, for the report
+    of a source not read. A source of single files (`metis index notes/todo.md`) reads those files
+    again, not their whole folder; one gone from it is kept, with a warning naming it. A source
+    whose folder is gone (or unreadable) is not read: its report has no counts and a warning.
+
+    Raises:
+        InvalidInput: no folder source to read.
+    """
+    found = [s for s in found if only is None or s.name in only]
+    if not found:
+        raise InvalidInput(f"base {base!r} has no folder to index again: give one (metis index FOLDER --base {base})")
+    reports = []
+    for s in found:
+        if on_source is not None:
+            on_source(s)
+        targets, gone = [Path(s.root)], []
+        if not s.whole_folder:
+            files = [Path(s.root) / p for p in s.paths]
+            targets = [f for f in files if f.is_file()]
+            gone = [p for p, f in zip(s.paths, files) if not f.is_file()]
+        kept = tuple(f"{Path(s.root) / p}: no longer a file: its document is kept (drop the base or index its"
+                     f" folder to remove it)" for p in gone)
+        if not targets:
+            reports.append(IndexReport(base=base, status=status(), warnings=kept))
+            continue
+        try:
+            report = index_one(targets, s.name)
+            reports.append(dataclasses.replace(report, warnings=tuple(report.warnings) + kept) if kept else report)
+        except InvalidInput as exc:
+            reports.append(IndexReport(base=base, status=status(),
+                                       warnings=(f"source {s.name!r} not read again: {exc.message};"
+                                                 f" its {s.documents} documents are kept",)))
+    return reports
+
+
+def own_document(base: storage.BaseRow, document: Document, data: bytes, document_id: int
+                 ) -> storage.PendingDocument:
+    """Chunk and tokenize a document the base holds itself (a note, a fact) for :func:`storage.write_documents`.
+
+    No vectors: :func:`embed_own` embeds them once the words are written.
+    """
+    chunks = chunk_document(document, chunk_size=base.base_spec.chunk_size)
+    meta = storage.DocumentMeta(document.path, document.title, document.kind, hashlib.sha256(data).hexdigest(),
+                                len(data))
+    return storage.PendingDocument(meta, chunks, None, document_id=document_id, terms=tokenize(chunks))
+
+
+def embed_own(pool: db.Pool, settings: Settings, base: storage.BaseRow, embedder: Embedder | None,
+              document_id: int) -> None:
+    """Embed a written note's or fact's chunks; when the model does not answer the base is ``waiting``
+    (the next ``metis index`` embeds them, SPEC F14)."""
+    if embedder is not None:
+        try:
+            vectors.embed_batches(pool, base.base_id, base.base_spec.fingerprint, embedder,
+                                  batch=settings.embed_batch_chunks, document_id=document_id)
+            return
+        except EmbeddingModelUnavailable:
+            pass
+    with pool.connection() as conn:
+        storage.set_status(conn, base.base_id, "waiting")
+
+
+def _fields(plan: sources.SourcePlan) -> tuple[str, Path, list[Path], bool]:
+    return plan.name, plan.root, plan.files, plan.deletes

@@ -1,0 +1,130 @@
+"""Vectors: the one embedding loop (:func:`embed_batches`) of indexing, re-embedding and notes.
+
+Chunks lacking a vector of a model are fetched oldest first, ``Settings.embed_batch_chunks`` at
+a time; each batch is embedded (one ``embed_passages`` call; the model client splits it into
+its own requests) and written in one transaction before the next is fetched, so an
+interruption loses at most one batch and the next run embeds only the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .. import db, storage
+from ..chunking import embedding_text
+from ..config import BaseSpec
+from ..models.embed import Embedder
+from ..results import ReembedReport
+
+__all__ = ["EmbedProgress", "embed_batches", "embed_missing", "reembed"]
+
+#: Called after each batch of vectors: (chunks embedded so far, chunks to embed in all).
+EmbedProgress = Callable[[int, int], None]
+
+#: Attempts to switch a base to its new model while indexers keep adding chunks.
+_SWITCH_ATTEMPTS = 5
+
+
+def embed_batches(
+    pool: db.Pool,
+    base_id: int,
+    model: str,
+    embedder: Embedder,
+    *,
+    batch: int,
+    document_id: int | None = None,
+    on_progress: EmbedProgress | None = None,
+    done: int = 0,
+    todo: int = 0,
+) -> int:
+    """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
+
+    `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring).
+    `on_progress(done + embedded so far, max(todo, that))` is called after each batch.
+
+    Raises:
+        EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
+        InvalidInput: the model answered a vector that is not one-dimensional or not finite.
+    """
+    count = 0
+    while True:
+        with pool.connection() as conn:
+            rows = storage.chunks_without_vector(conn, base_id, model, batch, document_id)
+        if not rows:
+            return count
+        vectors = embedder.embed_passages([embedding_text(t, h, x) for _, _, t, h, x in rows])
+        with pool.connection() as conn:
+            storage.write_vectors(conn, base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
+        count += len(rows)
+        if on_progress:
+            on_progress(done + count, max(todo, done + count))
+
+
+def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
+                  on_progress: EmbedProgress | None = None) -> int:
+    """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
+
+    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch
+    and after each one; "to embed" grows if another writer adds chunks meanwhile.
+
+    Raises:
+        EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
+    """
+    model = base.base_spec.fingerprint
+    with pool.connection() as conn:
+        todo = storage.count_chunks_without_vector(conn, base.base_id, model)
+    if on_progress and todo:
+        on_progress(0, todo)
+    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo)
+
+
+def reembed(
+    pool: db.Pool,
+    base: storage.BaseRow,
+    new_spec: BaseSpec,
+    embedder: Embedder,
+    *,
+    batch: int,
+    on_progress: EmbedProgress | None = None,
+) -> ReembedReport:
+    """Give every chunk of `base` a vector of `new_spec`'s model, then switch the base to it.
+
+    Runs as the base's one indexer (:func:`metis_pg.storage.indexer_session`). The new vectors
+    are written beside the old ones (``embeddings`` is keyed by chunk and model fingerprint), so
+    searches keep using the old model until the switch: one transaction that checks every chunk
+    has a new vector and stores `new_spec`. The old model's vectors are deleted after it. A
+    search never mixes two models (the statement filters on the spec's fingerprint).
+
+    `on_progress(chunks done, chunks to do)` is called after each batch of `batch` chunks.
+
+    Raises:
+        BaseBusy: another process indexes or re-embeds the base.
+        EmbeddingModelUnavailable: the new model did not answer; the base keeps its
+            old model and vectors (new vectors written so far stay for the next try).
+        EmbeddingDimensionMismatch: the new model's vectors are not ``new_spec.embedding_dim`` long.
+    """
+    started = time.perf_counter()
+    old_model = base.base_spec.fingerprint
+    model = new_spec.fingerprint
+    with storage.indexer_session(pool, base.base_id):
+        with pool.connection() as conn:
+            todo = storage.count_chunks_without_vector(conn, base.base_id, model)
+        done = 0
+        for attempt in range(1, _SWITCH_ATTEMPTS + 1):
+            done += embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress,
+                                  done=done, todo=todo)
+            # The last attempt switches anyway: chunks an indexer added meanwhile wait for
+            # their vector (status waiting; the next `metis index` embeds them).
+            with pool.connection() as conn:
+                if storage.switch_embedding(conn, base.base_id, new_spec.to_json(), model,
+                                            force=attempt == _SWITCH_ATTEMPTS):
+                    break
+        with pool.connection() as conn:
+            deleted = storage.delete_other_vectors(conn, base.base_id, model)
+            missing = storage.chunks_without_vector(conn, base.base_id, model, 1)
+            storage.set_status(conn, base.base_id, "waiting" if missing else "ready")
+    return ReembedReport(
+        base=base.name, old_model=old_model, new_model=model, chunks_embedded=done,
+        vectors_deleted=deleted, seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,62 @@
+"""Storage: every statement that reads or writes metis's tables, one module per table family.
+
+- :mod:`.bases`: bases and sources; rows carry their spec parsed once (``BaseRow.base_spec``).
+- :mod:`.locks`: a base's write lock (per transaction) and indexer lock (per session).
+- :mod:`.documents`: documents with their chunks, postings and vectors, written in ONE
+  transaction after deleting their previous version (SPEC F3).
+- :mod:`.postings`: posting blocks, block lengths, BM25 statistics; the block encoding is the
+  pure :func:`~.postings.encode_blocks`.
+- :mod:`.vectors`: ``embeddings``, the vectors missing, a base's switch of model.
+- :mod:`.counts`: search counts (SPEC F20).
+
+Internal to metis_pg (the public interface is :class:`metis_pg.Metis`); the names below are what
+the rest of the package (and the tests) use. SQL text comes from ``sql/`` (:mod:`metis_pg.sqlfiles`);
+only one-line statements and the COPYs (which cannot be EXPLAINed) are written in Python.
+"""
+
+from .bases import (
+    BaseRow,
+    base_names,
+    base_not_found,
+    create_base,
+    drop_base,
+    ensure_source,
+    get_base,
+    list_bases,
+    list_bases_light,
+    mark_tokenized,
+    set_status,
+    source_roots,
+)
+from .counts import count_search, record_search
+from .documents import (
+    DocumentMeta,
+    PendingDocument,
+    delete_document,
+    document_hashes,
+    new_document_id,
+    write_document,
+    write_documents,
+)
+from .locks import INDEXER_LOCK_SPACE, indexer_session, lock_base
+from .postings import BLOCK_CHUNKS, encode_blocks
+from .vectors import (
+    chunks_without_vector,
+    count_chunks_without_vector,
+    delete_other_vectors,
+    reusable_vectors,
+    switch_embedding,
+    write_vectors,
+)
+
+__all__ = [
+    "BaseRow", "DocumentMeta", "PendingDocument", "BLOCK_CHUNKS", "INDEXER_LOCK_SPACE",
+    "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "base_names",
+    "base_not_found", "mark_tokenized", "ensure_source", "source_roots",
+    "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
+    "encode_blocks",
+    "chunks_without_vector", "count_chunks_without_vector", "write_vectors", "reusable_vectors",
+    "switch_embedding", "delete_other_vectors",
+    "indexer_session", "lock_base",
+    "count_search", "record_search",
+]
