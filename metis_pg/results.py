@@ -152,6 +152,7 @@ class SearchWarning:
 
     Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
     ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``FILTERS_MATCH_NOTHING``, ``NO_WORDS`` (the question holds no letter or digit),
+    ``PHRASE_NOT_FOUND`` (no chunk holds the question's quoted phrase),
     ``TOKENIZER_CHANGED``, ``REPLICA_SKIPPED`` (a read replica was down or lagging: another server
     answered), ``READ_FROM_PRIMARY`` (no replica could serve: the primary answered).
     """
