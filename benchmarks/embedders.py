@@ -229,7 +229,7 @@ def measure_speed(models: dict[str, Embedder], texts: list[str], rounds: int) ->
 
 def minilm_tokens(texts: list[str]) -> list[int]:
     """Return the untruncated token count of each text under minilm's tokenizer ([CLS], [SEP] included)."""
-    from metis_pg.models.embed import _minilm_runtime
+    from metis_pg.models._minilm import _minilm_runtime
 
     _, tokenizer = _minilm_runtime()
     tokenizer = tokenizer.__class__.from_str(tokenizer.to_str())  # a copy: the shared one truncates

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import metis_pg
 from metis_pg import db, migrate, replicas
+from metis_pg.db import embedded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from http_load import QUESTIONS, percentile, wait_for_replay, write_corpus  # noqa: E402
@@ -98,7 +99,7 @@ def main() -> int:
         return 1 if any(warnings.values()) else 0
     finally:
         replicas.remove_standby(standby_folder)
-        server = db._servers.pop((scratch / "pgdata").resolve(), None)
+        server = embedded._servers.pop((scratch / "pgdata").resolve(), None)
         if server is not None:
             server.cleanup()
         shutil.rmtree(scratch, ignore_errors=True)

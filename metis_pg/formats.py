@@ -80,7 +80,8 @@ def markdown(answer: SearchResponse) -> str:
         c = r.citation
         where = f"{r.base} · " if several else ""
         heading = " > ".join(c.headings) if c.headings else c.title
-        lines.append(f"{rank}. **{where}{c.location()}** — {heading} (score {r.score:.4g})")
+        more = "" if r.passages is None else f", {r.passages} passage{'' if r.passages == 1 else 's'} matched"
+        lines.append(f"{rank}. **{where}{c.location()}** — {heading} (score {r.score:.4g}{more})")
         lines.extend(f"   > {line}".rstrip() for line in r.text.splitlines() or [""])
         lines.append("")
     if not lines:  # an empty answer is said, as in the text output (a paste shows why nothing came)

@@ -9,12 +9,14 @@ Tools (each answers JSON; an error is a tool error ``CODE: message``, the codes 
 
 ==============  =================================================================================
 ``search``      question, bases (default: every base), mode, top_k, prefix, kinds, sources,
-                min_score → cited passages best first: citation ``document:line``, headings,
-                score and every step's scores, the passage's text, chunk_id; and warnings
+                min_score, per_document, snippet_only, max_bytes → cited passages best first:
+                citation ``document:line``, headings, score and every step's scores, the
+                passage's text (or its snippet), chunk_id; and warnings
 ``get``         base + citation (``document``, ``document:LINE``, ``document p.N``) or chunk_id
                 → the document, or the chunk cited there, read back from its chunks
 ``list_bases``  every base: kind, status, documents, chunks, last indexed
-``status``      one base (or all): status, chunks without a vector, interrupted indexing
+``status``      one base (or all): status, counts, chunks without a vector, interrupted
+                indexing, last indexed, embedding model (not the whole spec)
 ==============  =================================================================================
 
 Resources: every document is ``metis://BASE/PATH`` (its path percent-encoded), text read back
@@ -32,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from . import __version__
 from .api import Metis
 from .documents import cut_utf8
-from .errors import MetisError
+from .errors import InvalidInput, MetisError
 from .formats import cut_below
 
 __all__ = ["build_server", "serve_stdio", "add_http_routes", "MAX_LISTED_RESOURCES", "document_uri"]
@@ -85,11 +87,39 @@ def _tool_error(exc: MetisError) -> ToolError:
     return ToolError(f"{exc.code}: {exc.message}")
 
 
-def _result(rank: int, r: Any) -> dict[str, Any]:
+def _result(rank: int, r: Any, *, snippet_only: bool = False) -> dict[str, Any]:
+    """A search result as the tool answers it: the whole chunk's `text`, or (`snippet_only`) its `snippet`."""
     data = r.to_dict()
     citation = data.pop("citation")
-    return {"rank": rank, "citation": r.citation.location(), **{k: v for k, v in citation.items() if k != "snippet"},
-            **data}
+    if snippet_only:
+        data.pop("text")
+    return {"rank": rank, "citation": r.citation.location(),
+            **{k: v for k, v in citation.items() if k != "snippet" or snippet_only}, **data}
+
+
+def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[str, Any]]:
+    """Cut the results' texts (or snippets), best first, so that together they hold at most `max_bytes`
+    UTF-8 bytes; a result cut says ``truncated: true`` (its citation and scores are kept)."""
+    if max_bytes is None:
+        return results
+    left = max_bytes
+    for r in results:
+        key = "text" if "text" in r else "snippet"
+        kept = cut_utf8(r[key], left)
+        left -= len(kept.encode("utf-8"))
+        if len(kept) < len(r[key]):
+            r[key], r["truncated"] = kept, True
+    return results
+
+
+#: What ``status`` tells an agent of a base (not its spec: models' URLs, chunk sizes, weights).
+STATUS_FIELDS = ("name", "kind", "status", "interrupted", "documents", "chunks", "chunks_without_vector",
+                 "last_indexed_at")
+
+
+def _status(info: Any) -> dict[str, Any]:
+    data = info.to_dict()
+    return {k: data[k] for k in STATUS_FIELDS if k in data} | {"embedding_model": info.spec.get("embedding_model")}
 
 
 def build_server(metis: Metis) -> MCPServer:
@@ -108,21 +138,31 @@ def build_server(metis: Metis) -> MCPServer:
         kinds: list[str] | None = None,
         sources: list[str] | None = None,
         min_score: float | None = None,
+        per_document: bool = False,
+        snippet_only: bool = False,
+        max_bytes: int | None = None,
     ) -> dict[str, Any]:
         """question: "a quoted phrase" keeps only passages holding it, -word drops passages holding the word.
         bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
         docx; sources: source names; min_score: leave out results scored below it (the fused score in hybrid,
-        cosine in dense, BM25 in keyword, the reranker's when reranked)."""
+        cosine in dense, BM25 in keyword, the reranker's when reranked); per_document: each document once, at
+        its best passage, with how many of its passages matched; snippet_only: each result's snippet (at most 240
+        characters around the question's words) instead of its whole passage; max_bytes: the results' texts
+        (or snippets) together at most this many UTF-8 bytes, cut best first (`truncated` says which)."""
         try:
-            names = [bases] if isinstance(bases, str) else bases or [b.name for b in metis.list_bases()]
+            if max_bytes is not None and max_bytes < 1:
+                raise InvalidInput(f"max_bytes must be a positive number of bytes, not {max_bytes}")
+            names = [bases] if isinstance(bases, str) else bases or metis.base_names()
             filters = {k: v for k, v in (("path_prefix", prefix), ("kinds", kinds), ("sources", sources)) if v}
-            answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters),
+            answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters,
+                                                     per_document=per_document),
                                         min_score)
         except MetisError as exc:
             raise _tool_error(exc) from None
         return {
             "mode": answer.mode, "reranked": answer.reranked, "bases": list(answer.bases), "fusion": answer.fusion,
-            "results": [_result(i, r) for i, r in enumerate(answer.results, start=1)],
+            "results": _within([_result(i, r, snippet_only=snippet_only)
+                                for i, r in enumerate(answer.results, start=1)], max_bytes),
             "warnings": [w.to_dict() for w in answer.warnings],
             "left_out_below_min_score": dropped,
         }
@@ -167,7 +207,7 @@ def build_server(metis: Metis) -> MCPServer:
             infos = [metis.base(base)] if base else metis.list_bases()
         except MetisError as exc:
             raise _tool_error(exc) from None
-        return {"bases": [i.to_dict() for i in infos]}
+        return {"bases": [_status(i) for i in infos]}
 
     @server.resource("metis://{base}/{+path}", name="document", description="A document of a base, read back "
                      "from its chunks (metis://BASE/PATH).", mime_type="text/plain")

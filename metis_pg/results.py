@@ -179,6 +179,8 @@ class SearchResult:
         scores: its score at every step.
         chunk_id: its id in the database (``chunks.chunk_id``).
         holds: for a fact of a memory base, whether it still holds; None otherwise.
+        passages: in a search per document, how many passages of its document matched (this
+            one, its best, included); None otherwise (:mod:`metis_pg.per_document`).
     """
 
     score: float
@@ -188,6 +190,7 @@ class SearchResult:
     scores: Scores
     chunk_id: int
     holds: bool | None = None
+    passages: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -200,6 +203,8 @@ class SearchResult:
         }
         if self.holds is not None:
             data["holds"] = self.holds
+        if self.passages is not None:
+            data["passages"] = self.passages
         return data
 
 
@@ -209,7 +214,8 @@ class SearchResponse:
 
     ``fusion`` is what fused the legs: ``{"rrf_k", "dense_weight", "keyword_weight"}`` when
     every base searched used the same (the bases' spec, or the search's override), else
-    ``{"per_base": {base: {"rrf_k", "dense_weight", "keyword_weight"}}}``.
+    ``{"per_base": {base: {"rrf_k", "dense_weight", "keyword_weight"}}}``. ``per_document``: each
+    document once, at its best passage (:mod:`metis_pg.per_document`).
     """
 
     mode: str
@@ -219,10 +225,11 @@ class SearchResponse:
     took: Took
     bases: tuple[str, ...] = ()
     fusion: dict[str, Any] = field(default_factory=dict)
+    per_document: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the SPEC F13 JSON (what ``metis search --json`` prints)."""
-        return {
+        """Return the SPEC F13 JSON (what ``metis search --json`` prints); ``per_document: true`` when so."""
+        data = {
             "mode": self.mode,
             "reranked": self.reranked,
             "bases": list(self.bases),
@@ -231,6 +238,9 @@ class SearchResponse:
             "warnings": [w.to_dict() for w in self.warnings],
             "took": self.took.to_dict(),
         }
+        if self.per_document:
+            data["per_document"] = True
+        return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -464,15 +464,25 @@ def health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) ->
                     "NOTHING_INDEXED", f"nothing is indexed yet in {name!r}: index a folder with `metis index`"
                 ))
         elif h["status"] in ("waiting", "indexing") and h["chunks_without_vector"] and mode != "keyword":
-            missing = h["chunks_without_vector"]
-            why = ("being embedded now" if h["status"] == "indexing"
-                   else "indexed while the embedding model did not answer")
-            if missing >= h["chunks"]:
-                text = f"no chunk of {name!r} has a vector yet ({why}): results by keywords"
-            else:
-                text = f"{missing} chunks of {name!r} have no vector yet ({why}): those are found by keywords only"
-            warnings.append(SearchWarning("NO_VECTOR_YET", text))
+            warnings.append(SearchWarning("NO_VECTOR_YET", _no_vector_text(name, h, mode)))
     return warnings
+
+
+def _no_vector_text(name: str, h: dict, mode: str) -> str:
+    """What ``NO_VECTOR_YET`` says: how many chunks lack a vector, why (the cause), what `mode` did with them."""
+    missing, chunks = h["chunks_without_vector"], h["chunks"]
+    if h["status"] == "indexing":
+        why = "being embedded now"
+    elif h.get("interrupted"):
+        why = f"the last indexing stopped before embedding them: `metis index --base {name}` embeds them"
+    else:
+        why = "indexed while the embedding model did not answer"
+    if missing >= chunks:
+        done = "a dense search finds nothing in it until they are" if mode == "dense" else "results by keywords"
+        return f"no chunk of {name!r} has a vector yet ({why}): {done}"
+    done = ("a dense search cannot find those until they are embedded" if mode == "dense"
+            else "those are found by keywords only")
+    return f"{missing} chunks of {name!r} have no vector yet ({why}): {done}"
 
 
 def tokenizer_warnings(specs: dict[str, BaseSpec], mode: str) -> list[SearchWarning]:

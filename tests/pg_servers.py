@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from metis_pg import db
+from metis_pg.db import embedded
 
 
 @contextmanager
@@ -24,7 +25,7 @@ def embedded_server(name: str) -> Iterator[tuple[str, Path]]:
     try:
         yield db.embedded_dsn(pgdata), pgdata
     finally:
-        server = db._servers.pop(pgdata, None)
+        server = embedded._servers.pop(pgdata, None)
         if server is not None:
             server.cleanup()  # stops it when this process is its only user
         shutil.rmtree(home, ignore_errors=True)

@@ -189,7 +189,7 @@ def test_base_create_list_drop(dsn, base_name):
     assert again.code == 2
     assert one_error_line(again.stderr) == f"error [BASE_EXISTS]: a base named {base_name!r} already exists"
 
-    dropped = run_cli("base", "drop", base_name, "--dsn", dsn)
+    dropped = run_cli("base", "drop", base_name, "--yes", "--dsn", dsn)
     assert dropped.code == 0 and dropped.stdout.strip() == f"dropped base {base_name}"
     assert base_name not in [b["name"] for b in run_cli("base", "list", "--json", "--dsn", dsn).json()]
     gone = run_cli("base", "drop", base_name, "--json", "--dsn", dsn)

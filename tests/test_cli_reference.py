@@ -33,7 +33,7 @@ def test_the_reference_holds_every_command_and_its_help():
             assert f"## `metis {name} {sub}`" in text, f"{name} {sub}"
     # Each section is the command's --help (here 100 columns wide, there the terminal's).
     search = text.split("## `metis search`", 1)[1].split("\n## ", 1)[0]
-    assert "Usage: metis search [OPTIONS] {bases} {question}" in search
+    assert "Usage: metis search [OPTIONS] {words}..." in search
     assert re.search(r"^  --jsonl +Print one JSON object per line", search, re.MULTILINE)
     assert "  --min-score <float>" in search and "  --min-score <float>" in run_cli("search", "--help").stdout
 

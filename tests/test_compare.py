@@ -95,3 +95,11 @@ def test_metis_search_compare_prints_a_table(dsn, base):
     result = run_cli("search", base, "PO-2231", "--compare", "--top-k", "3", "--dsn", dsn)
     assert result.code == 0, result.stderr
     assert "Meaning" in result.stdout and "Words" in result.stdout and "orders.txt" in result.stdout
+
+
+def test_why_uses_one_rule_for_both_legs():
+    """Issue 25, item 7: a keyword rank beyond top_k is not "shares words", as a dense one is not "close"."""
+    assert why(3, 21, 10) == ("meaning", "close in meaning (#3); not among the best by words (#21)")
+    assert why(13, 21, 10) == ("both", "found by the fused order (meaning #13, words #21: neither among the first 10)")
+    assert why(None, 21, 10)[1] == "found by the fused order (words #21: neither among the first 10)"
+    assert why(13, 2, 10)[1] == "shares words (#2); not among the closest in meaning (#13)"

@@ -574,9 +574,100 @@ def test_the_bases_page_shows_status_indexes_live_and_keeps_notes(driver, url, b
         field.send_keys("/etc" + Keys.ENTER)
         error = wait(driver, lambda d: d.find_element(By.ID, "page-error").text, what="the refusal")
         assert error.endswith(".") and "\n" not in error
+        assert in_view(driver, "page-error"), "the refusal is printed below the viewport"
     finally:
         slow.close()
         metis.drop_base(second)
+
+
+def in_view(driver: Any, element_id: str) -> bool:
+    return driver.execute_script(
+        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+        "return r.top >= 0 && r.bottom <= window.innerHeight;", element_id)
+
+
+# -- issue 25: the console's rough edges ------------------------------------------------------------
+
+
+def test_a_result_says_its_title_once_and_its_scores_line_reads_as_text(driver, url, base):
+    open_search(driver, url, f"#q=help+desk+passwords&base={base}&mode=keyword")
+    item = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#results .result")
+                if r.find_element(By.CSS_SELECTOR, ".cite").text.startswith("help.html"))
+    assert item.find_element(By.CSS_SELECTOR, ".title").text == "Help desk"
+    headings = [h.text for h in item.find_elements(By.CSS_SELECTOR, ".headings")]
+    assert not any(h.startswith("Help desk") for h in headings), headings
+    size, colour, body = driver.execute_script(
+        "const s = getComputedStyle(document.querySelector('#results .scores'));"
+        "return [parseFloat(s.fontSize), s.color, getComputedStyle(document.body).color];")
+    assert size >= 14 and colour == body, (size, colour, body)
+
+
+def test_one_result_per_document_and_rerank_off_for_a_base_without_reranker(driver, url, base, metis, models,
+                                                                            tmp_path):
+    plain = f"t-console3-{uuid.uuid4().hex[:6]}"
+    metis.create_base(plain, embedding_model=hash_embedder.MODEL, embedding_url=f"http://127.0.0.1:{models.port}",
+                      embedding_dim=hash_embedder.DIM, model_timeout_s=2.0)
+    try:
+        metis.index(plain, write_corpus(tmp_path / "plain", {"a.txt": "The harbour crane lifts the boats."}))
+        driver.get("about:blank")  # a new page: one that lists the new base
+        open_search(driver, url, f"#q=router+modem+error&base={base}&per_document=1")
+        want = [r.citation.location() for r in metis.search(base, "router modem error", per_document=True).results]
+        assert cites(driver) == want and len({c.split(":")[0] for c in want}) == len(want)
+        badges = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#results .result .passages")]
+        assert len(badges) == len(want) and all(re.fullmatch(r"\d+ passages?", b) for b in badges), badges
+        assert driver.find_element(By.ID, "summary").text.startswith(f"{len(want)} document")
+        rerank = driver.find_element(By.ID, "rerank")
+        assert rerank.is_enabled() and rerank.is_selected()
+        ask(driver, "harbour crane", bases=[plain])  # the reranker is the other base's: none here
+        assert not rerank.is_enabled() and not rerank.is_selected()
+        assert driver.find_element(By.ID, "rerank-label").text == "no reranker"
+        ask(driver, "harbour crane", bases=[base, plain])
+        assert rerank.is_enabled() and driver.find_element(By.ID, "rerank-label").text == "rerank"
+    finally:
+        metis.drop_base(plain)
+
+
+def test_compare_rows_show_their_snippet(driver, url, base, metis):
+    open_search(driver, url, f"#q=modem+error+router&base={base}&compare=1")
+    want = {p.chunk_id: p.citation.snippet for p in metis.compare(base, "modem error router").passages}
+
+    def snippets(d: Any) -> dict[int, str]:  # read at once: the rows are redrawn
+        return {int(k): v for k, v in d.execute_script(
+            "return Object.fromEntries(Array.from(document.querySelectorAll('#compare-table tbody tr'))"
+            ".map((r) => [r.dataset.chunk, (r.querySelector('.snippet') || {}).textContent || '']))").items()}
+
+    wait(driver, lambda d: set(snippets(d)) == set(want), what="the rows")
+    assert snippets(driver) == want and all(want.values())
+
+
+def test_the_bases_page_offers_no_indexing_when_the_service_reads_no_folder(driver, metis, base):
+    with service.running(service.create_app(metis, tokens=[TOKEN], source_roots=[])) as other:
+        open_page(driver, f"{other}/console/bases")
+        wait(driver, lambda d: cell(d, base, "status"), what="the base's row")
+        assert not driver.find_elements(By.ID, "index-form")
+        assert "METIS_SOURCE_ROOTS" in driver.find_element(By.ID, "indexing-off").text
+
+
+def test_a_searchable_base_whose_indexing_never_finished_is_not_never_indexed(driver, url, metis, models, tmp_path,
+                                                                             dsn):
+    from cli_runner import run_cli
+    from metis_pg import storage
+
+    cut = f"t-console4-{uuid.uuid4().hex[:6]}"
+    metis.create_base(cut, embedding_model=hash_embedder.MODEL, embedding_url=f"http://127.0.0.1:{models.port}",
+                      embedding_dim=hash_embedder.DIM, model_timeout_s=2.0)
+    try:
+        metis.index(cut, write_corpus(tmp_path / "cut", {"a.txt": "The harbour crane lifts the boats."}))
+        with metis.pool.connection() as conn:  # what a first run stopped by Ctrl-C leaves: chunks, no finished run
+            conn.execute("UPDATE bases SET last_indexed_at = NULL WHERE base_id = %s",
+                         (storage.get_base(conn, cut).base_id,))
+        open_page(driver, f"{url}/console/bases")
+        wait(driver, lambda d: cell(d, cut, "when"), what="the base's row")
+        assert cell(driver, cut, "when") == "not finished yet"
+        line = run_cli("status", cut, "--dsn", dsn).stdout
+        assert line.rstrip().endswith("last indexed not finished yet"), line
+    finally:
+        metis.drop_base(cut)
 
 
 def test_a_390_px_phone_screen_has_no_sideways_scroll(driver, url, base):

@@ -113,11 +113,12 @@ def test_fused_scores_are_the_weighted_formula(metis, bases, rrf_k, dense_weight
     assert_weighted_rrf(answer, rrf_k, dense_weight, keyword_weight)
     # The legs themselves do not depend on the weights (the keyword leg's pruning bounds BM25 only).
     plain = {r.chunk_id: r.scores for r in metis.search(bases.plain, QUESTION, top_k=8).results}
-    for r in answer.results:
-        if r.chunk_id in plain:
-            assert (r.scores.dense, r.scores.dense_rank, r.scores.keyword, r.scores.keyword_rank) == (
-                plain[r.chunk_id].dense, plain[r.chunk_id].dense_rank,
-                plain[r.chunk_id].keyword, plain[r.chunk_id].keyword_rank)
+    shared = [r for r in answer.results if r.chunk_id in plain]
+    assert shared, "the weighted and the default search share no passage: nothing compared"
+    for r in shared:
+        assert (r.scores.dense, r.scores.dense_rank, r.scores.keyword, r.scores.keyword_rank) == (
+            plain[r.chunk_id].dense, plain[r.chunk_id].dense_rank,
+            plain[r.chunk_id].keyword, plain[r.chunk_id].keyword_rank)
 
 
 def test_a_zero_weight_leaves_the_other_legs_order(metis, bases):

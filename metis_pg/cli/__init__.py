@@ -21,11 +21,39 @@ line ``error [CODE]: message`` on stderr, or with ``--json`` the object
 
 from __future__ import annotations
 
-from . import bases, indexing, memory, searching, servers  # noqa: F401  (each registers its commands)
-from .root import app, main
+import sys
+from typing import Any
 
 __all__ = ["app", "main"]
 
 # `metis --help` lists the commands in this order (each topic module registers its own).
 _ORDER = ("index", "search", "get", "ls", "eval", "status", "reembed", "remember", "facts", "serve", "mcp", "demo")
-app.registered_commands.sort(key=lambda c: _ORDER.index(c.name or c.callback.__name__))
+
+
+def _app() -> Any:
+    """Return the root Typer app with every command registered (importing the topic modules once)."""
+    from . import bases, indexing, memory, searching, servers  # noqa: F401  (each registers its commands)
+    from .root import app
+
+    app.registered_commands.sort(key=lambda c: _ORDER.index(c.name or c.callback.__name__))
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    # `app` is built on first use: `metis --version` needs neither Typer nor rich nor the settings.
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main() -> None:
+    """Entry point of the ``metis`` console script (:func:`metis_pg.cli.root.main`)."""
+    if sys.argv[1:] == ["--version"]:  # the one answer that needs no command tree
+        from importlib.metadata import version
+
+        sys.stdout.write(f"metis_pg {version('metis_pg')}\n")
+        return
+    _app()
+    from .root import main as run
+
+    run()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
 import typer
 
+from ..errors import InvalidInput
 from .options import DsnOption, JsonOption, open_metis
 from .render import SPEC, renderer, status_line
 from .root import app, base_app
@@ -89,14 +91,29 @@ def base_list(ctx: typer.Context, dsn: DsnOption = None, as_json: JsonOption = F
 
 
 @base_app.command("drop")
-def base_drop(ctx: typer.Context, name: str, dsn: DsnOption = None, as_json: JsonOption = False) -> None:
-    """Delete a base and everything in it.
+def base_drop(
+    ctx: typer.Context,
+    name: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Drop without asking (scripts: needed when no terminal "
+                                                          "can ask).")] = False,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a base and everything in it; asks first on a terminal (--yes: do not ask).
 
-    Example: metis base drop scratch
+    Example: metis base drop scratch --yes
     """
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m:
+        if not yes:
+            info = m.base(name)  # BaseNotFound before any question
+            what = f"base {name!r} with its {info.documents} documents and {info.chunks} chunks"
+            if not sys.stdin.isatty():
+                raise InvalidInput(f"dropping {what} deletes them for good: add --yes (no terminal to ask on)")
+            if not typer.confirm(f"Delete {what}?", default=False, err=True):
+                r.note(f"kept base {name!r}")  # an answer, not a failure: exit 0, as `rm -i` answered no
+                return
         m.drop_base(name)
     if as_json:
         r.json({"dropped": name})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -57,10 +58,11 @@ def index(
     with open_metis(dsn) as m:
         if paths:
             known = m.base_names()
-            report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
-            if base not in known and not as_json:  # a typo'd --base would otherwise pass unnoticed
+            # A typo'd --base would otherwise pass unnoticed: said before the bars (a missing path: only its error).
+            if base not in known and not as_json and all(p.expanduser().exists() for p in paths):
                 r.note(f"created base {base!r} with the defaults"
                        + (f" (other bases: {', '.join(known)})" if known else ""))
+            report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
             if as_json:
                 r.json(report.to_dict())
             else:
@@ -138,13 +140,47 @@ def demo(
     """
     r = renderer(ctx)
     if not paths:
-        root = Path(__file__).resolve().parents[2]
-        paths = [p for p in (root / "docs", root / "README.md") if p.exists()]
+        checkout = Path(__file__).resolve().parents[2]
+        paths = [p for p in (checkout / "docs", checkout / "README.md") if p.exists()]
         if not paths:
             raise typer.BadParameter("no docs/ or README.md next to the package: give a folder to index")
+    # The folder the demo reads: the checkout (its docs/ and README.md), or what the paths share.
+    folders = [p.resolve() if p.is_dir() else p.resolve().parent for p in paths if p.exists()]
+    root = Path(os.path.commonpath(folders)) if folders else None
     with open_metis(dsn, upgrade=True) as m:  # the main job: bring the schema to head first
+        if root is not None:
+            _take_over_the_demo(r, m, base, root)
         report = index_with_progress(r, m, base, paths, None, quiet=False)
         r.report(report)
         for q in question or DEMO_QUESTIONS:
             r.out.print(f"\n[bold]? {escape(q)}[/]", markup=True)
             r.answer(m.search(base, q, top_k=top_k))
+
+
+def _take_over_the_demo(r, m, base: str, root: Path) -> None:
+    """Let this checkout's ``metis demo`` run where another checkout's ran (one METIS_HOME, two clones).
+
+    The demo's base then holds the demo of the other checkout: its ``docs/`` folder and a file
+    beside it. Such a base is dropped and indexed again from here, said on stderr. A base holding
+    anything else is refused, with two commands that work.
+
+    Raises:
+        InvalidInput: `base` holds documents that are not another checkout's demo.
+    """
+    if base not in m.base_names():
+        return
+    found = m.sources(base)
+    roots = {Path(s.root) for s in found}
+    if roots <= {root, root / "docs"}:
+        return
+    others = roots - {root, root / "docs"}
+    tops = {p.parent if p.name == "docs" else p for p in others}
+    demo_layout = len(tops) == 1 and all(p in (next(iter(tops)), next(iter(tops)) / "docs") for p in others) and all(
+        s.whole_folder == (Path(s.root).name == "docs") for s in found if Path(s.root) in others)
+    if not demo_layout or m.notes(base):
+        raise InvalidInput(f"base {base!r} holds other documents than this demo's ({', '.join(sorted(map(str, others)))}):"
+                           f" run the demo into another base (metis demo --base {base}-2), or drop it first"
+                           f" (metis base drop {base} --yes)")
+    r.note(f"base {base!r} held the demo of another checkout ({next(iter(tops))}): indexing it again from {root}")
+    m.drop_base(base)
+

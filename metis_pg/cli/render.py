@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..compare import CompareResult
     from ..results import IndexReport, SearchResponse
 
-__all__ = ["Renderer", "renderer", "visible", "SPEC"]
+__all__ = ["Renderer", "ClosedPipe", "renderer", "visible", "SPEC"]
 
 #: A base's defaults live in BaseSpec only; options and notes show them.
 SPEC = BaseSpec()
@@ -39,6 +39,21 @@ def visible(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+class ClosedPipe(Exception):
+    """The reader of stdout went away (``metis ls | head -1``): the run ends as ``cat``'s does, exit 0, quiet.
+
+    Not an OSError: click turns a broken pipe into exit 1, which README reserves for a bug.
+    """
+
+
+class _Console(Console):
+    """A rich console that raises :class:`ClosedPipe` on a closed pipe (rich's own answer is exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise ClosedPipe
+
+
 class Renderer:
     """The output of one ``metis`` run: its format and its consoles (stdout `out`, stderr `err`).
 
@@ -48,8 +63,8 @@ class Renderer:
     """
 
     def __init__(self, out: Console | None = None, err: Console | None = None) -> None:
-        self.out = out or Console(highlight=False, soft_wrap=True, markup=False)
-        self.err = err or Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+        self.out = out or _Console(highlight=False, soft_wrap=True, markup=False)
+        self.err = err or _Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
         self.format = "text"
 
     # -- the format ------------------------------------------------------------
@@ -73,9 +88,21 @@ class Renderer:
 
     # -- machines --------------------------------------------------------------
 
+    def write(self, text: str) -> None:
+        """Write `text` to stdout as it is (a machine format), flushed.
+
+        Raises:
+            ClosedPipe: stdout's reader went away.
+        """
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise ClosedPipe from None
+
     def json(self, data: Any, *, one_line: bool = False) -> None:
         """Print `data` as JSON on stdout (indented unless `one_line`)."""
-        sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=None if one_line else 2) + "\n")
+        self.write(json.dumps(data, ensure_ascii=False, indent=None if one_line else 2) + "\n")
 
     def error(self, exc: MetisError) -> None:
         """Print `exc` in the run's format: ``{"error": {...}}`` on stdout, or ``error [CODE]: message`` on stderr."""
@@ -124,13 +151,15 @@ class Renderer:
             c = r.citation
             where = f"{r.base} · " if several else ""
             heading = " > ".join(c.headings) if c.headings else c.title
-            self.line(f"{rank}. {where}{c.location()} · {heading}")
+            more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
+            self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
             self.out.print(f"   {visible(c.snippet)}")
             holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
             self.out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
         t = answer.took
         self.out.print(
-            f"[dim]{answer.mode}{fusion_note(answer.fusion)}{' · reranked' if answer.reranked else ''} · "
+            f"[dim]{answer.mode}{fusion_note(answer.fusion)}{' · reranked' if answer.reranked else ''}"
+            f"{' · per document' if answer.per_document else ''} · "
             f"took {t.total:.0f} ms (embed {t.embed:.0f}, dense {t.dense:.0f}, keyword {t.keyword:.0f}, "
             f"fuse {t.fuse:.0f}, rerank {t.rerank:.0f})[/]",
             markup=True,
@@ -221,7 +250,7 @@ def status_line(i) -> str:
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""
     return (f"{i.name}: {i.status}{interrupted} · {i.kind} · {i.documents} documents, {i.chunks} chunks{missing} · "
-            f"model {model} · last indexed {i.last_indexed_at or 'never'}")
+            f"model {model} · last indexed {i.last_indexed_at or ('not finished yet' if i.chunks else 'never')}")
 
 
 def fusion_note(fusion: dict[str, Any]) -> str:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import warnings
 from typing import Annotated
 
 import typer
 
 from ..errors import MetisError
-from .render import Renderer
+from .render import ClosedPipe, Renderer
 
 __all__ = ["app", "base_app", "db_app", "replica_app", "eos_app", "note_app", "main"]
 
@@ -58,12 +60,25 @@ def _metis(
     """Hybrid search over documents in PostgreSQL (pgvector + BM25, fused by RRF)."""
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the reader of a closed pipe is gone, and Python's last flush would complain."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def main() -> None:
     """Entry point of the ``metis`` console script: one place turns errors into exit codes.
 
     The run's :class:`Renderer` goes to the commands as click's context object; a command sets its format,
     and an error is printed here in that format (``--json``: JSON on stdout).
     """
+    # platformdirs' RuntimeDirWarning (two lines at pgserver's import when XDG_RUNTIME_DIR is unset or not
+    # 0700) breaks `metis ... 2>&1 | jq`, and asks nothing of the user: pgserver falls back to a folder
+    # of this user (metis_pg.db.prepare_pgserver_import).
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
     r = Renderer()
     try:
         code = app(standalone_mode=False, obj=r)
@@ -72,6 +87,9 @@ def main() -> None:
             if code == 130:
                 r.err.print(_INTERRUPTED)
             sys.exit(code)
+    except ClosedPipe:
+        _quiet_stdout()
+        sys.exit(0)
     except KeyboardInterrupt:
         r.err.print(_INTERRUPTED)
         sys.exit(130)

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from ..errors import InvalidInput
+from ..errors import BaseNotFound, InvalidInput
 from .options import CsvOption, DsnOption, FilesOption, JsonlOption, JsonOption, MdOption, fusion_option, open_metis
 from .progress import count_bar
 from .render import SPEC, renderer
 from .root import app
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..api import Metis
 
 __all__ = ["search", "get_command", "ls_command", "eval_command"]
 
@@ -20,14 +22,20 @@ __all__ = ["search", "get_command", "ls_command", "eval_command"]
 @app.command()
 def search(
     ctx: typer.Context,
-    bases: Annotated[str, typer.Argument(help="Base name, or several separated by commas.")],
-    question: Annotated[str, typer.Argument(help="The question.")],
+    words: Annotated[list[str], typer.Argument(
+        help="[BASES] QUESTION: the base (several: separated by commas), then the question's words, quoted or "
+             "not; a question alone (one quoted argument) is asked of every base.")],
+    base: Annotated[Optional[list[str]], typer.Option(
+        "--base", "-b", help="Search this base (repeatable, or commas); every word is then the question.")] = None,
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="hybrid (default), dense or keyword.")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Number of results (1-100).")] = 10,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", "-n", help="Number of results (1-100).")] = 10,
     no_rerank: Annotated[bool, typer.Option("--no-rerank", help="Skip the reranker.")] = False,
     prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Keep this kind (repeatable).")] = None,
     source: Annotated[Optional[list[str]], typer.Option("--source", help="Keep this source (repeatable).")] = None,
+    per_document: Annotated[bool, typer.Option(
+        "--per-document", "-d", help="Each document once, at its best passage, with how many of its passages "
+                                     "matched (--files implies it).")] = False,
     compare: Annotated[bool, typer.Option("--compare", help="Ask three ways (hybrid, dense, keyword) and say why "
                                                             "each passage came up.")] = False,
     weights: Annotated[Optional[str], typer.Option(
@@ -54,7 +62,7 @@ def search(
     as_md: MdOption = False,
     as_files: FilesOption = False,
 ) -> None:
-    """Search one or several bases; print cited passages with their scores.
+    """Search one or several bases (default: every base); print cited passages with their scores.
 
     In the question, "a quoted phrase" keeps only passages holding it, and -word drops passages
     holding the word: metis search docs '"reset the router" -legacy' (one argument; a question
@@ -62,8 +70,12 @@ def search(
 
     \b
     Examples:
-      metis search docs "how many vacation days" --top-k 5 --weights 1.5:1
+      metis search docs "how many vacation days" -n 5 --weights 1.5:1
+      metis search docs vacuum full                          # the question "vacuum full", unquoted
+      metis search "vacuum full"                             # every base
+      metis search -b docs,wiki vacuum full                  # every word is the question
       metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
+      metis search docs "vacation" --files -n 3              # the 3 best documents' paths
       metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
     """
     from ..formats import cut_below, search_output
@@ -71,7 +83,6 @@ def search(
     r = renderer(ctx)
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
-    names = [b.strip() for b in bases.split(",") if b.strip()]
     fusion = fusion_option(weights, rrf_k)
     extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
     if any(v is not None for v in extra.values()):
@@ -83,7 +94,10 @@ def search(
             raise InvalidInput(f"--compare prints a table or --json, not --{fmt}")
         if min_score is not None:
             raise InvalidInput("--compare shows every passage of every mode: drop --min-score")
+        if per_document:
+            raise InvalidInput("--compare shows every passage of every mode: drop --per-document")
         with open_metis(dsn) as m:
+            names, question = bases_and_question(m, words, base)
             result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
                                filters={k: v for k, v in filters.items() if v}, fusion=fusion)
         if fmt == "json":
@@ -92,8 +106,10 @@ def search(
             r.comparison(result)
         return
     with open_metis(dsn) as m:
+        names, question = bases_and_question(m, words, base)
         answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
-                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent)
+                          filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent,
+                          per_document=per_document or fmt == "files")
     answer, dropped = cut_below(answer, min_score)
     if fmt == "text":
         r.answer(answer)
@@ -105,7 +121,40 @@ def search(
             r.err.print(f"warning: {w.message}")
     if dropped:
         r.err.print(f"{dropped} results scored below --min-score {min_score:g} left out")
-    sys.stdout.write(search_output(answer, fmt))
+    r.write(search_output(answer, fmt))
+
+
+def _names(text: str) -> list[str]:
+    return [b.strip() for b in text.split(",") if b.strip()]
+
+
+def bases_and_question(m: Metis, words: list[str], base: list[str] | None) -> tuple[list[str], str]:
+    """Return the bases and the question of ``metis search [BASES] WORDS... [--base B]``.
+
+    With `base`, every word is the question. Else one word alone (``metis search "vacuum full"``) is the
+    question asked of every base (as the MCP tool's default); with more words the first is the bases,
+    the rest the question (``metis search pg vacuum full``).
+
+    Raises:
+        InvalidInput: no base exists yet.
+        BaseNotFound: the first word names no base (the message says how to ask every base instead).
+    """
+    if base:
+        return [n for b in base for n in _names(b)], " ".join(words)
+    known = m.base_names()
+    if len(words) > 1:
+        names = _names(words[0])
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            try:
+                m.base(unknown[0])  # the library's own error: the closest names, the bases there are
+            except BaseNotFound as exc:
+                raise BaseNotFound(f"{exc.message}; to ask every base, quote the whole question: metis search "
+                                   f"\"{' '.join(words)}\"") from None
+        return names, " ".join(words[1:])
+    if not known:
+        raise InvalidInput("there is no base to search yet: metis index FOLDER --base NAME makes one")
+    return known, words[0]
 
 
 @app.command("get")
@@ -170,7 +219,7 @@ def ls_command(
     with open_metis(dsn) as m:
         found = m.documents(base, prefix, source=source)
     if fmt != "text":
-        sys.stdout.write(documents_output(found, fmt))
+        r.write(documents_output(found, fmt))
     else:
         r.documents(found, prefix)
 

@@ -141,28 +141,49 @@ def hash_file(path: Path) -> tuple[str, int]:
 
 
 def refuse_nested_sources(conn: psycopg.Connection, base: storage.BaseRow, plans: Sequence[SourcePlan]) -> None:
-    """Refuse a folder inside (or holding) the folder of another source of the base: its files
-    would be indexed twice, under two sources, and every passage would come up twice.
+    """Refuse files another source of the base already reads: they would be indexed twice, under two
+    sources, and every passage would come up twice.
+
+    `plans` say what each path to index reads (:class:`SourcePlan`). A whole folder reads
+    every file under it, now and when indexed again; a source of single files (``metis index
+    README.md``) reads only those files, not its folder: ``docs/`` and ``README.md`` beside it are two
+    sources that share no file, as ``metis demo`` indexes them, again and again.
 
     Raises:
-        InvalidInput: naming the source that already reads them and the command to run instead.
+        InvalidInput: naming the source that already reads them and a command that works instead.
     """
-    existing = storage.source_roots(conn, base.base_id)
-    for name, root in ((p.name, p.root) for p in plans):
-        for other_name, other_root in existing:
+    rows = storage.folder_sources(conn, base.base_id)
+    for name, root, files, whole in ((p.name, p.root, p.files, p.deletes) for p in plans):
+        mine = set(files)
+        for other_name, other_root, other_whole, _, other_paths in rows:
             other = Path(other_root)
-            if other_name == name or root == other:
+            if other_name == name or (whole and other_whole and root == other):
                 continue  # the same source (its folder is checked by storage.ensure_source)
-            if root.is_relative_to(other):
+            whose = f"which source {other_name!r} of base {base.name!r} already reads"
+            if other_whole:
+                inside = ([root] if root.is_relative_to(other) else []) if whole else [
+                    f for f in files if f.is_relative_to(other)]
+                if inside:
+                    raise InvalidInput(
+                        f"{display_path(str(inside[0]))} is inside {display_path(other_root)}, {whose}: index that"
+                        f" folder again (metis index {display_path(other_root)} --base {base.name}; unchanged files"
+                        f" are skipped)")
+                if whole and other.is_relative_to(root):
+                    raise InvalidInput(
+                        f"{display_path(str(root))} holds {display_path(other_root)}, {whose}: its files would be"
+                        f" indexed twice; index the other folders one by one, or into another base")
+                continue
+            theirs = [other / p for p in other_paths]  # a source of single files reads those files only
+            shared = [f for f in theirs if (f.is_relative_to(root) if whole else f in mine)]
+            if shared:
+                again = (f"metis index {display_path(str(root if whole else shared[0]))} --base {base.name}"
+                         f" --source {other_name}")
                 raise InvalidInput(
-                    f"{display_path(str(root))} is inside {display_path(other_root)}, which source {other_name!r} of"
-                    f" base {base.name!r} already reads: index that folder again (metis index"
-                    f" {display_path(other_root)} --base {base.name}; unchanged files are skipped)")
-            if other.is_relative_to(root):
-                raise InvalidInput(
-                    f"{display_path(str(root))} holds {display_path(other_root)}, which source {other_name!r} of"
-                    f" base {base.name!r} already reads: its files would be indexed twice; index the other"
-                    f" folders one by one, or into another base")
+                    f"{display_path(str(shared[0]))} is a document of source {other_name!r} of base {base.name!r}"
+                    f" already: its passages would come up twice; index it under that source ({again})"
+                    if root == other else
+                    f"{display_path(str(root))} holds {display_path(str(shared[0]))}, {whose}: its files would be"
+                    f" indexed twice; index the other folders one by one, or into another base")
 
 
 def plan_source(

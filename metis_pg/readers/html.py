@@ -111,6 +111,7 @@ _NAV_PIECES = {
     "nav", "navbar", "navheader", "navfooter", "navigation", "navlinks", "breadcrumb", "breadcrumbs", "sidebar",
     "sphinxsidebar", "sidenav", "menu", "menubar", "related", "pagination", "pager", "skiplink", "skip",
     "cookie", "cookies", "banner", "masthead",
+    "toc", "toctree",  # a page's table of contents (DocBook div.toc, Sphinx toctree-wrapper): links, not text
 }  # fmt: skip
 #: Pieces naming a page header or footer: dropped unless the element holds a heading (a ``page-header`` <h1>).
 _FURNITURE_PIECES = {"header", "footer", "topbar", "bottombar"}

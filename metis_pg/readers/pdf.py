@@ -13,6 +13,10 @@ Rules:
   the first page's error), or no text layer (scanned images: OCR first).
 - Pages without extractable text, or whose extraction fails, are skipped with
   a warning; a PDF where no page has text is refused with the reason above.
+- Running headers and footers are dropped: a line among the first (last) two of a page that is
+  there on most pages, at least 3 (case and spacing aside; a line of 40 characters at most
+  with its digits aside), is not text (``Shared MIME-info Database``, ``Page 3 of 40``): it
+  would leak into every snippet.
 - Headings come from the outline (bookmarks), nesting as their level: an entry
   opens its section on its page where its title is found in the page's text
   (case and spacing aside; a short number before it, such as ``2.1``, and a
@@ -88,6 +92,47 @@ def _why(exc: BaseException) -> str:
     """Return ``"<ExceptionType>: <message>"`` cut to 200 characters."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text if len(text) <= 200 else text[:199] + "…"
+
+
+#: Lines looked at, at the top and at the bottom of a page, for a running header or footer.
+_FURNITURE_LINES = 2
+_DIGITS = re.compile(r"\d+")
+
+
+#: A line this short may differ from page to page by its numbers only (``Page 3 of 40``, ``- 17 -``).
+_NUMBERED_LINE_CHARS = 40
+
+
+def _shape(line: str) -> str:
+    """A line as running headers repeat it, case and spacing aside; a short one with its digits as ``#``
+    (page numbers). A long line must repeat as it is: body lines differ by more than their numbers."""
+    text = collapse(line).lower()
+    return _DIGITS.sub("#", text) if len(text) <= _NUMBERED_LINE_CHARS else text
+
+
+def _furniture(texts: list[str]) -> tuple[set[str], set[str]]:
+    """Return the shapes of the lines at the top and at the bottom of most pages (at least 3)."""
+    pages = [[line for line in t.split("\n") if line.strip()] for t in texts if t.strip()]
+    need = max(3, len(pages) // 2 + 1)
+    if len(pages) < need:
+        return set(), set()
+    top: dict[str, int] = {}
+    bottom: dict[str, int] = {}
+    for lines in pages:
+        for shape in {_shape(x) for x in lines[:_FURNITURE_LINES]}:
+            top[shape] = top.get(shape, 0) + 1
+        for shape in {_shape(x) for x in lines[-_FURNITURE_LINES:]}:
+            bottom[shape] = bottom.get(shape, 0) + 1
+    return {k for k, n in top.items() if n >= need}, {k for k, n in bottom.items() if n >= need}
+
+
+def _without_furniture(text: str, top: set[str], bottom: set[str]) -> str:
+    """Return a page's text without its running header and footer lines (:func:`_furniture`)."""
+    lines = text.split("\n")
+    first = [i for i, line in enumerate(lines) if line.strip()]
+    drop = {i for i in first[:_FURNITURE_LINES] if _shape(lines[i]) in top}
+    drop |= {i for i in first[-_FURNITURE_LINES:] if _shape(lines[i]) in bottom}
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop)
 
 
 #: Outline entries read at most (a PDF may hold a huge or cyclic outline).
@@ -177,6 +222,8 @@ def read(path: str, data: bytes) -> Document:
         raise unreadable(path, "PDF without pages")
     outline = _outline(reader)
     headings = HeadingPath()
+    texts: list[str | None] = []  # None: extraction failed (said in `failed`)
+    complained: list[list[str]] = []
     for number, page in enumerate(pages, start=1):
         check_time_budget()
         with _pypdf_complaints() as complaints:
@@ -185,13 +232,19 @@ def read(path: str, data: bytes) -> Document:
             except Exception as exc:
                 failed.append((number, _why(exc)))
                 warnings.append(f"{path}: page {number}: text not extracted ({_why(exc)})")
-                continue
-        text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+                text = None
+        texts.append(None if text is None else text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", ""))
+        complained.append(complaints.messages)
+    top, bottom = _furniture([t for t in texts if t])
+    for number, (text, messages) in enumerate(zip(texts, complained), start=1):
+        if text is None:
+            continue
         if text.strip():
+            text = _without_furniture(text, top, bottom) if top or bottom else text
             _page_sections(out, headings, text, number, outline.get(number - 1, []))
-        elif complaints.messages:  # e.g. a content stream pypdf could not decompress
-            failed.append((number, complaints.messages[0][:200]))
-            warnings.append(f"{path}: page {number}: text not extracted ({complaints.messages[0][:200]})")
+        elif messages:  # e.g. a content stream pypdf could not decompress
+            failed.append((number, messages[0][:200]))
+            warnings.append(f"{path}: page {number}: text not extracted ({messages[0][:200]})")
         else:
             blank.append(number)
     count = f"{len(pages)} page{'' if len(pages) == 1 else 's'}"

@@ -260,7 +260,7 @@ def create_app(
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
-                           filters=filters, fusion=fusion, consistent=body.consistent)
+                           filters=filters, fusion=fusion, consistent=body.consistent, per_document=body.per_document)
         # Never the question: bases, mode, top_k, counts and time only.
         log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
                  body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)

@@ -3,7 +3,8 @@
 Every error of every route is ``{"error": {"code", "message"}}`` with the
 status of its class (``http_status``): the exception handlers of the app, the
 gate in front of it, request validation and unknown routes all answer through
-:func:`error_response`. A 503 (database or model unavailable, overload) carries
+:func:`error_response`, in the HTTP service and in the Eos model server
+(:mod:`metis_pg.eos_server`, whose validation errors are 422 with pydantic's ``details``). A 503 (database or model unavailable, overload) carries
 ``Retry-After`` (seconds): :data:`RETRY_AFTER_S`, or the error's own
 ``retry_after_s`` when it has one.
 """
@@ -11,6 +12,8 @@ gate in front of it, request validation and unknown routes all answer through
 from __future__ import annotations
 
 import re
+
+from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -38,9 +41,17 @@ def error_headers(exc: MetisError) -> dict[str, str]:
     return headers
 
 
-def error_response(exc: MetisError) -> JSONResponse:
-    """Return the one JSON error answer: ``{"error": {"code", "message"}}`` with ``exc.http_status``."""
-    return JSONResponse(exc.to_dict(), status_code=exc.http_status, headers=error_headers(exc) or None)
+def error_response(exc: MetisError, *, status_code: int | None = None, details: Any = None) -> JSONResponse:
+    """Return the one JSON error answer: ``{"error": {"code", "message"}}`` with ``exc.http_status``.
+
+    Args:
+        status_code: another status than the class's (the Eos server's 422 for a body that fails validation).
+        details: JSON put under ``error.details`` (pydantic's errors), None for none.
+    """
+    body = exc.to_dict()
+    if details is not None:
+        body["error"]["details"] = details
+    return JSONResponse(body, status_code=status_code or exc.http_status, headers=error_headers(exc) or None)
 
 
 def validation_message(exc: RequestValidationError) -> str:

@@ -15,17 +15,24 @@ In order:
 Everything is decided before the app parses anything. The headers' own
 deadline is kept by the HTTP protocol (:mod:`metis_pg.service.server`), as the
 gate only runs once they are complete.
+
+The Eos model server (:mod:`metis_pg.eos_server`) is behind the same gate with its own
+:class:`Doors` (:data:`EOS_DOORS`: no bounded path, its ``BODY_TOO_LARGE`` code, and the
+client-gone signal its routes check between texts).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
+    BodyTooLarge,
     InvalidInput,
     Overloaded,
     RequestTimeout,
@@ -36,7 +43,10 @@ from .errors import error_response
 from . import swagger
 from .settings import Limits
 
-__all__ = ["Gate", "OPEN_PATHS", "OPEN_PREFIXES", "BOUNDED_PATHS", "bearer_authorized", "header"]
+__all__ = [
+    "Gate", "Doors", "SERVICE_DOORS", "EOS_DOORS", "CLIENT_GONE", "OPEN_PATHS", "OPEN_PREFIXES", "BOUNDED_PATHS",
+    "bearer_authorized", "header",
+]
 
 #: Paths that answer without a token: liveness and the API's own description.
 OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/"}) | swagger.ASSET_PATHS
@@ -45,6 +55,33 @@ OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redi
 OPEN_PREFIXES = ("/console/",)
 #: Paths (POST) whose requests count against ``max_inflight_searches``.
 BOUNDED_PATHS = frozenset({"/search", "/compare"})
+#: Scope key of the :class:`threading.Event` set once a request's client has gone (with ``Doors.watch_client``).
+CLIENT_GONE = "metis_eos.client_gone"
+
+
+@dataclass(frozen=True)
+class Doors:
+    """What a server's gate lets through and how it refuses.
+
+    Attributes:
+        open_paths, open_prefixes: answered without a token.
+        bounded_paths: POST paths counted against ``max_inflight_searches``.
+        too_large: the error of a body over ``max_body_bytes``.
+        watch_client: set ``scope[CLIENT_GONE]`` (a :class:`threading.Event`) once the client has
+            gone while the app works, so that long work can stop.
+    """
+
+    open_paths: frozenset[str]
+    open_prefixes: tuple[str, ...] = ()
+    bounded_paths: frozenset[str] = frozenset()
+    too_large: type[RequestTooLarge] = RequestTooLarge
+    watch_client: bool = False
+
+
+#: The HTTP service's (``metis serve``).
+SERVICE_DOORS = Doors(OPEN_PATHS, OPEN_PREFIXES, BOUNDED_PATHS)
+#: The Eos model server's (``metis eos serve``).
+EOS_DOORS = Doors(frozenset({"/healthz"}), too_large=BodyTooLarge, watch_client=True)
 
 
 class Gate:
@@ -54,10 +91,11 @@ class Gate:
         inflight: bounded requests (:data:`BOUNDED_PATHS`) being computed now.
     """
 
-    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits) -> None:
+    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits, doors: Doors = SERVICE_DOORS) -> None:
         self.app = app
         self.tokens = tuple(t.encode("utf-8") for t in tokens)
         self.limits = limits
+        self.doors = doors
         self.max_body_bytes = limits.max_body_bytes
         self.inflight = 0  # only touched on the event loop: no lock
 
@@ -66,7 +104,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        is_open = path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+        is_open = path in self.doors.open_paths or path.startswith(self.doors.open_prefixes)
         if self.tokens and not is_open and not self._authorized(scope):
             await error_response(Unauthorized("a valid bearer token is required: Authorization: Bearer <token>"))(
                 scope, receive, send
@@ -103,8 +141,11 @@ class Gate:
                 return
             if not message.get("more_body", False):
                 break
+        if self.doors.watch_client:
+            await self._watching_client(scope, bytes(body), receive, send)
+            return
         replay = _replay(bytes(body), receive)
-        if scope["method"] != "POST" or scope["path"] not in BOUNDED_PATHS:
+        if scope["method"] != "POST" or scope["path"] not in self.doors.bounded_paths:
             await self.app(scope, replay, send)
             return
         if self.inflight >= self.limits.max_inflight_searches:
@@ -122,7 +163,30 @@ class Gate:
 
     def _too_large(self, length: int | None) -> RequestTooLarge:
         size = f"{length} bytes" if length is not None else "more"
-        return RequestTooLarge(f"the request body is {size}; the limit is {self.max_body_bytes} bytes")
+        return self.doors.too_large(f"the request body is {size}; the limit is {self.max_body_bytes} bytes")
+
+    async def _watching_client(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        """Run the app with `body` while a task waits for the client's ``http.disconnect`` and sets
+        ``scope[CLIENT_GONE]``, which the routes check between texts."""
+        gone = threading.Event()
+        disconnected = asyncio.Event()
+        scope[CLIENT_GONE] = gone
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            disconnected.set()
+
+        async def after_body() -> Message:  # the watcher reads the real receive meanwhile
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self.app(scope, _replay(body, after_body), send)
+        finally:
+            watcher.cancel()
 
     def _authorized(self, scope: Scope) -> bool:
         return bearer_authorized(scope, self.tokens)

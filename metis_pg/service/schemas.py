@@ -103,6 +103,8 @@ class SearchIn(_Body):
     fusion: FusionIn | None = Field(None, description="overrides the bases' rrf_k and leg weights for this search")
     consistent: StrictBool = Field(False, description="read-your-writes: with read replicas, search one that has "
                                                       "replayed every write committed so far (else the primary)")
+    per_document: StrictBool = Field(False, description="each document once, at its best passage, with how many of "
+                                                        "its passages matched (`passages`)")
 
 
 class CompareIn(_Body):
@@ -223,6 +225,7 @@ class ResultOut(BaseModel):
     scores: ScoresOut
     chunk_id: int
     holds: bool | None = Field(None, description="memory bases: whether the fact still holds")
+    passages: int | None = Field(None, description="per_document: how many passages of its document matched")
 
 
 class WarningOut(BaseModel):
@@ -265,6 +268,7 @@ class SearchOut(BaseModel):
     results: list[ResultOut]
     warnings: list[WarningOut]
     took: TookOut
+    per_document: bool | None = Field(None, description="true when asked per document")
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -21,12 +21,12 @@ from .bases import (
     create_base,
     drop_base,
     ensure_source,
+    folder_sources,
     get_base,
     list_bases,
     list_bases_light,
     mark_tokenized,
     set_status,
-    source_roots,
 )
 from .counts import count_search, record_search
 from .documents import (
@@ -52,7 +52,7 @@ from .vectors import (
 __all__ = [
     "BaseRow", "DocumentMeta", "PendingDocument", "BLOCK_CHUNKS", "INDEXER_LOCK_SPACE",
     "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "base_names",
-    "base_not_found", "mark_tokenized", "ensure_source", "source_roots",
+    "base_not_found", "mark_tokenized", "ensure_source", "folder_sources",
     "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
     "encode_blocks",
     "chunks_without_vector", "count_chunks_without_vector", "write_vectors", "reusable_vectors",

@@ -17,7 +17,7 @@ from .locks import lock_base
 
 __all__ = [
     "BaseRow", "create_base", "get_base", "base_names", "base_not_found", "list_bases", "list_bases_light",
-    "drop_base", "set_status", "mark_tokenized", "ensure_source", "source_roots",
+    "drop_base", "set_status", "mark_tokenized", "ensure_source", "folder_sources",
 ]
 
 
@@ -172,7 +172,7 @@ def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str |
                         {"base_id": base_id, "name": name, "root": root, "whole_folder": whole_folder}).fetchone()[0]
 
 
-def source_roots(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str]]:
-    """Return ``(name, folder)`` of each source of the base with a folder (not its notes' source)."""
-    return conn.execute("SELECT name, root FROM sources WHERE base_id = %s AND root IS NOT NULL ORDER BY name",
-                        (base_id,)).fetchall()
+def folder_sources(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str, bool, int, list[str]]]:
+    """Return ``(name, folder, whole_folder, documents, paths)`` of each source of the base with a folder
+    (not its notes' source); `paths` are a single-file source's documents (sql/documents/sources.sql)."""
+    return conn.execute(sqlfiles.load("documents/sources"), {"base_id": base_id}).fetchall()

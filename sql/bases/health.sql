@@ -3,9 +3,11 @@
 -- without a vector are counted only for a base whose status is 'waiting' or 'indexing' (their
 -- vectors are being embedded, issue 14).
 -- Parameters: %(base_ids)s int[].
--- Returns: name, status, last_indexed_at, chunks, sources (count), source_names, chunks_without_vector.
+-- Returns: name, status, interrupted (the last run stopped before it finished), last_indexed_at, chunks,
+--   sources (count), source_names, chunks_without_vector.
 SELECT b.name,
        st.status,
+       st.interrupted,
        b.last_indexed_at,
        coalesce(t.chunk_count, 0) AS chunks,
        (SELECT count(*) FROM sources AS s WHERE s.base_id = b.base_id) AS sources,

@@ -29,12 +29,14 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-WITH
--- idf once per query term, in float8, from the few bm25_terms rows the question names.
+WITH -- idf once per query term, in float8, from the few bm25_terms rows the question names.
+-- max_score = idf * (k1 + 1) bounds what one term can add to a chunk (tf / (tf + K) < 1 for
+-- k1 >= 0 and 0 <= b <= 1, which BaseSpec enforces).
 -- A term is common when it is in more than a tenth of its base's chunks, unless it is the
 -- base's rarest query term (so every base searched keeps one rare term).
 query_terms AS MATERIALIZED (
     SELECT per_term.*,
+           per_term.idf * (p_k1 + 1) AS max_score,
            -- The most the term adds to any chunk: BM25 of its max_tf in a chunk of its min_length
            -- terms (BM25 grows with tf and falls with length; deletes never lower either, so it holds).
            per_term.idf * per_term.max_tf * (p_k1 + 1)

@@ -84,7 +84,9 @@ def mount_console(app: FastAPI) -> None:
     }
 
     def page(request: Request, template: str, active: str) -> HTMLResponse:
-        response = templates.TemplateResponse(request, template, {**context, "active": active})
+        # Indexing from the console reads only under the service's source roots: none, no form to offer.
+        indexing = bool(getattr(request.app.state, "source_roots", None))
+        response = templates.TemplateResponse(request, template, {**context, "active": active, "indexing": indexing})
         response.headers.update(HEADERS)
         return response
 

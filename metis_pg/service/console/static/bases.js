@@ -27,10 +27,10 @@
         el("td", {class: "num documents", "data-label": "Documents"}, String(b.documents)),
         el("td", {class: "num chunks", "data-label": "Chunks"}, String(b.chunks)),
         el("td", {class: "num without", "data-label": "Without vectors"}, String(b.chunks_without_vector)),
-        el("td", {class: "when", "data-label": "Last indexed"}, when(b.last_indexed_at)),
+        el("td", {class: "when", "data-label": "Last indexed"}, when(b.last_indexed_at, b.chunks)),
         el("td", {class: "models", "data-label": "Models"}, models(b.spec || {}))));
     }
-    $("base-names").replaceChildren(...bases.map((b) => el("option", {value: b.name})));
+    if ($("base-names")) $("base-names").replaceChildren(...bases.map((b) => el("option", {value: b.name})));
     const select = $("notes-base");
     const chosen = select.value;
     select.replaceChildren(...bases.map((b) => el("option", {value: b.name}, b.name)));
@@ -180,7 +180,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    $("index-form").addEventListener("submit", onIndex);
+    if ($("index-form")) $("index-form").addEventListener("submit", onIndex);  // absent when indexing is off
     $("note-form").addEventListener("submit", onNote);
     $("notes-base").addEventListener("change", loadNotes);
     start(async (list) => {

@@ -79,6 +79,7 @@ const Metis = (() => {
     const box = $("page-error");
     box.textContent = sentence(message);
     box.hidden = false;
+    box.scrollIntoView({block: "nearest"});  // a refusal below the fold would go unseen
   }
 
   function clearError() {
@@ -166,8 +167,9 @@ const Metis = (() => {
     return parts.join(" · ");
   }
 
-  function when(iso) {
-    if (!iso) return "never";
+  /** When a base was last indexed; a base with chunks but no finished run: "not finished yet". */
+  function when(iso, chunks) {
+    if (!iso) return chunks ? "not finished yet" : "never";
     const d = new Date(iso);
     if (isNaN(d)) return iso;
     const pad = (n) => String(n).padStart(2, "0");

