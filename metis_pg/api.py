@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
+from .search_counts import counts_of
 from . import db, documents, migrate, replicas, storage
 from ._metis_indexing import IndexingMethods
 from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
-from .errors import EmbeddingModelUnavailable, InvalidInput
+from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
 from .results import BaseInfo, SearchWarning
@@ -63,8 +64,7 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
     metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     try:
         if not upgrade:
-            with metis.pool.connection() as conn:
-                created = migrate.check_revision(conn, resolved, settings=now)
+            created = metis._check_revision(resolved, now)
             if created:  # the pool's connections predate the pgvector types
                 metis.close()
                 metis = Metis(resolved, read_dsns=replicas_, settings=settings)
@@ -92,7 +92,9 @@ class Metis(IndexingMethods, SearchMethods):
                  settings: Settings | None = None) -> None:
         self.dsn = dsn
         self._settings = settings
-        self.pool = pool or db.open_pool(dsn, settings=self.settings)
+        # With read replicas the primary's pool does not wait for a first connection: when the
+        # primary is down the replicas still serve reads (docs/scaling.md).
+        self.pool = pool or db.Pool(dsn, settings=self.settings, lazy=bool(read_dsns))
         self._embedders: dict[BaseSpec, Embedder] = {}
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
         self.replicas = (replicas.ReadRouter(self.pool, read_dsns, self.settings, primary_dsn=dsn)
@@ -104,6 +106,26 @@ class Metis(IndexingMethods, SearchMethods):
         those given to :func:`connect` (or the constructor), else the environment's, read at each use
         (``METIS_*`` variables changed while the process runs count from then on)."""
         return self._settings if self._settings is not None else Settings.from_env()
+
+    def _check_revision(self, dsn: str, settings: Settings) -> bool:
+        """:func:`metis_pg.migrate.check_revision` on the primary; with the primary down, the
+        stored revision is read on a replica (nothing can be created there: SchemaOutOfDate
+        or DatabaseUnavailable as on the primary)."""
+        try:
+            with self.pool.connection() as conn:
+                return migrate.check_revision(conn, dsn, settings=settings)
+        except DatabaseUnavailable:
+            if self.replicas is None:
+                raise
+
+            def read(pool: db.Pool) -> bool:
+                with pool.connection() as conn:
+                    if migrate.stored_revision(conn) is None:
+                        raise DatabaseUnavailable("the primary cannot be reached and the replica holds no metis"
+                                                  " schema")
+                    return migrate.check_revision(conn, dsn, settings=settings)
+
+            return self.replicas.run(read)[0]
 
     def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> "tuple[T, list[SearchWarning]]":
         """Run ``read(pool)`` on a read replica when there are any (else on the primary); return
@@ -135,6 +157,7 @@ class Metis(IndexingMethods, SearchMethods):
         self._rerankers.clear()
         if self.replicas is not None:
             self.replicas.close()
+        counts_of(self.pool).flush(closing=True)  # the search counts still pending (busy rows)
         self.pool.close()
 
     def __enter__(self) -> "Metis":
@@ -270,7 +293,7 @@ class Metis(IndexingMethods, SearchMethods):
         Raises:
             BaseNotFound: no such base.
         """
-        return documents.list_sources(self.pool, self._base_row(base))
+        return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)))[0]
 
     def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
                   ) -> "list[documents.DocumentInfo]":
@@ -282,7 +305,7 @@ class Metis(IndexingMethods, SearchMethods):
         Raises:
             BaseNotFound: no such base.
         """
-        return documents.list_documents(self.pool, self._base_row(base), prefix, source)
+        return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source))[0]
 
     def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
         """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
@@ -293,7 +316,7 @@ class Metis(IndexingMethods, SearchMethods):
             InvalidInput: no target, or a malformed one.
             NotFound: a target matches no document, or the document has no such line or page.
         """
-        return documents.get_documents(self.pool, self._base_row(base), targets, source)
+        return self._read(lambda pool: documents.get_documents(pool, self._base_row(base, pool), targets, source))[0]
 
     def get_chunk(self, base: str, chunk_id: int) -> "documents.DocumentText":
         """Read back one chunk of `base` by its id (a search result's ``chunk_id``).
@@ -301,7 +324,7 @@ class Metis(IndexingMethods, SearchMethods):
         Raises:
             BaseNotFound: no such base. NotFound: no such chunk in it.
         """
-        return documents.get_chunk(self.pool, self._base_row(base), chunk_id)
+        return self._read(lambda pool: documents.get_chunk(pool, self._base_row(base, pool), chunk_id))[0]
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:

@@ -262,6 +262,10 @@ def _default_inflight_searches() -> int:
     return 8 * (os.cpu_count() or 1)
 
 
+def _default_search_workers() -> int:
+    return 2 * (os.cpu_count() or 1)
+
+
 class Settings(BaseSettings):
     """Process-wide settings, each read from the environment variable ``METIS_<NAME>``.
 
@@ -284,14 +288,27 @@ class Settings(BaseSettings):
     api_tokens: str = Field(
         "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each. "
                         "None: it binds loopback only.")
+    allowed_hosts: str = Field(
+        "", description="Host names (comma-separated, host or host:port) the HTTP service answers to without a "
+                        "token besides loopback ones (localhost, 127.0.0.0/8, [::1]). Any other Host is answered "
+                        "421 HOST_NOT_ALLOWED, and a POST/PUT/PATCH/DELETE whose Origin is not one of them 403 "
+                        "ORIGIN_NOT_ALLOWED (DNS rebinding, CSRF). Not checked when tokens are set.")
+    search_queue_s: float = Field(
+        1.0, gt=0, description="Seconds an admitted HTTP search or compare may wait to start computing; one that "
+                               "waits longer is answered 503 OVERLOADED with Retry-After.")
+    search_workers: int = Field(
+        default_factory=_default_search_workers, ge=1,
+        description="HTTP searches and compares computed at the same moment (default 2 x cores); the others "
+                    "admitted wait in a queue, at most METIS_SEARCH_QUEUE_S.")
     source_roots: str = Field(
         "", description="Folders indexing through HTTP may read, colon-separated. None: indexing through HTTP "
                         "is refused.")
     max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
     max_inflight_searches: int = Field(
         default_factory=_default_inflight_searches, ge=1,
-        description="HTTP searches and compares computed at once (default 8 x cores); one more is answered at "
-                    "once 503 OVERLOADED with Retry-After: 1, never queued.")
+        description="HTTP searches and compares admitted at once (default 8 x cores): computing or waiting "
+                    "their turn (METIS_SEARCH_WORKERS, METIS_SEARCH_QUEUE_S); one more is answered at once 503 "
+                    "OVERLOADED with Retry-After: 1.")
     request_read_timeout_s: float = Field(
         10.0, gt=0, description="Seconds an HTTP client has to send a request's headers (from the connection or "
                                 "the request's first byte), and again its body; else 408 and the connection is "
@@ -323,6 +340,14 @@ class Settings(BaseSettings):
         5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
                                "(exit code 6, HTTP 409).")
 
+    # -- the analyst role (metis_analyst; applied by metis db upgrade and metis serve)
+    analyst_max_connections: int = Field(
+        10, ge=0, description="Connections the members of metis_analyst may hold together (to the whole server); "
+                              "one more login is refused, so the rest stay free for the service.")
+    analyst_statement_timeout_s: float = Field(
+        60.0, ge=0, description="Seconds a statement of a member of metis_analyst may run (the statement_timeout "
+                                "each of their sessions starts with; 0: no limit).")
+
     # -- read replicas (metis_pg.replicas)
     read_database_urls: str = Field(
         "", description="PostgreSQL URLs of streaming read replicas, comma-separated: searches, compare, evaluate "
@@ -340,8 +365,35 @@ class Settings(BaseSettings):
 
     # -- indexing
     file_time_budget_s: float = Field(
-        60.0, gt=0, description="Seconds reading and chunking one file may take; then it is skipped with a "
+        60.0, gt=0, description="Seconds reading and chunking one file may take, plus METIS_FILE_TIME_PER_MB_S per "
+                                "MB it holds and METIS_FILE_TIME_PER_PAGE_S per PDF page; then it is skipped with a "
                                 "reason (checked inside the readers' loops: one library call may overrun it).")
+    file_time_per_mb_s: float = Field(
+        3.0, ge=0, description="Seconds of reading budget a file earns per MB it holds (a .docx: its XML "
+                               "inflated), beyond METIS_FILE_TIME_BUDGET_S: a big honest file gets the time its "
+                               "size needs.")
+    file_time_per_page_s: float = Field(
+        0.1, ge=0, description="Seconds of reading budget a PDF earns per page, beyond METIS_FILE_TIME_BUDGET_S "
+                               "(a 10,000-page PDF: 1,000 s more).")
+    title_max_chars: int = Field(
+        300, ge=10, description="Characters kept of a document's title and of each heading (a PDF's /Info title of "
+                                "100 kB is cut at reading, at a word, with an ellipsis): they prefix every chunk's "
+                                "embedding text.")
+    embed_max_chars: int = Field(
+        8_000, ge=100, description="Characters of a chunk's embedding text (title, headings, text) sent to the "
+                                   "embedding model at most; the rest is cut (models read 512-8,192 tokens; "
+                                   "metis eos serve refuses texts over 100,000 characters).")
+    disk_free_margin_bytes: int = Field(
+        1_000_000_000, ge=0, description="Bytes of the embedded server's disk indexing leaves free for searches and "
+                                         "the WAL (or METIS_DISK_FREE_MARGIN_PCT of the disk, whichever is larger): "
+                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9).")
+    disk_free_margin_pct: float = Field(
+        5.0, ge=0, le=100, description="Percent of the embedded server's disk indexing leaves free (see "
+                                       "METIS_DISK_FREE_MARGIN_BYTES).")
+    database_max_bytes: int | None = Field(
+        None, gt=0, description="A server of your own (its disk is not measured from here): the bytes its database "
+                                "may hold (pg_database_size); a write that would pass it stops the run with "
+                                "DISK_FULL. Unset: not checked.")
     embed_batch_chunks: int = Field(
         64, ge=1, le=10_000, description="Chunks embedded (one call of the model client) and written per "
                                          "transaction by the embedding phase of `metis index`, by `metis base "
@@ -399,6 +451,8 @@ def settings_table() -> str:
             default = "/var/tmp/metis-<uid>"
         elif info.default_factory is _default_inflight_searches:
             default = "8 x cores"
+        elif info.default_factory is _default_search_workers:
+            default = "2 x cores"
         elif info.default in (None, ""):
             default = "(none)"
         else:

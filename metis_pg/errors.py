@@ -10,6 +10,7 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── BaseNotFound                   BASE_NOT_FOUND                  4    404
     ├── BaseBusy                       BASE_BUSY                       6    409
     ├── DatabaseUnavailable            DATABASE_UNAVAILABLE            5    503
+    ├── DatabaseUnsupported            DATABASE_UNSUPPORTED            5    500
     ├── SchemaOutOfDate                SCHEMA_OUT_OF_DATE              5    503
     ├── UnreadableDocument             DOCUMENT_UNREADABLE             2    422
     ├── Unauthorized                   UNAUTHORIZED                    2    401
@@ -21,6 +22,9 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── RequestTimeout                 REQUEST_TIMEOUT                 2    408
     ├── ClientGone                     CLIENT_GONE                   130    499
     ├── Overloaded                     OVERLOADED                      8    503
+    ├── HostNotAllowed                 HOST_NOT_ALLOWED                2    421
+    ├── OriginNotAllowed               ORIGIN_NOT_ALLOWED              2    403
+    ├── DiskFull                       DISK_FULL                       9    507
     ├── PortInUse                      PORT_IN_USE                     7    500
     └── ModelUnavailable               MODEL_UNAVAILABLE               3    503
         ├── EmbeddingModelUnavailable  EMBEDDING_MODEL_UNAVAILABLE     3    503
@@ -45,6 +49,7 @@ __all__ = [
     "BaseNotFound",
     "BaseBusy",
     "DatabaseUnavailable",
+    "DatabaseUnsupported",
     "SchemaOutOfDate",
     "UnreadableDocument",
     "ModelUnavailable",
@@ -56,6 +61,9 @@ __all__ = [
     "RequestTooLarge",
     "RequestTimeout",
     "Overloaded",
+    "HostNotAllowed",
+    "OriginNotAllowed",
+    "DiskFull",
     "PortInUse",
     "BodyTooLarge",
     "TooManyInputs",
@@ -137,6 +145,19 @@ class DatabaseUnavailable(MetisError):
     code = "DATABASE_UNAVAILABLE"
     exit_code = 5
     http_status = 503
+
+
+class DatabaseUnsupported(MetisError):
+    """The database refused a statement as a feature it does not support (SQLSTATE 0A000).
+
+    Raised by the pool of :mod:`metis_pg.db`, chiefly for what Citus cannot plan or run on
+    distributed tables (docs/scaling.md says what metis runs there); the message is the
+    server's, with its detail. Not a passing failure: retrying does not help.
+    """
+
+    code = "DATABASE_UNSUPPORTED"
+    exit_code = 5
+    http_status = 500
 
 
 class SchemaOutOfDate(MetisError):
@@ -248,6 +269,32 @@ class Overloaded(MetisError):
     code = "OVERLOADED"
     exit_code = 8
     http_status = 503
+
+
+class HostNotAllowed(MetisError):
+    """A request to the token-less HTTP service names a ``Host`` that is neither loopback nor in
+    ``METIS_ALLOWED_HOSTS``: a page of another site reaching it through DNS rebinding."""
+
+    code = "HOST_NOT_ALLOWED"
+    exit_code = 2
+    http_status = 421
+
+
+class OriginNotAllowed(MetisError):
+    """A state-changing request to the token-less HTTP service sent by a page of another origin (CSRF)."""
+
+    code = "ORIGIN_NOT_ALLOWED"
+    exit_code = 2
+    http_status = 403
+
+
+class DiskFull(MetisError):
+    """The database's disk has less free space than indexing needs plus the margin kept for searches
+    and the WAL (``METIS_DISK_FREE_MARGIN``): indexing stops before PostgreSQL runs out of space."""
+
+    code = "DISK_FULL"
+    exit_code = 9
+    http_status = 507
 
 
 class PortInUse(MetisError):

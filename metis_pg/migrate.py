@@ -28,7 +28,7 @@ __all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_
            "check_revision"]
 
 #: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0015"
 
 
 def _migrations_dir() -> Path:
@@ -101,6 +101,21 @@ def upgrade(dsn: str, revision: str = "head", *, settings: Settings | None = Non
     from alembic import command
 
     _run(dsn, lambda cfg: command.upgrade(cfg, revision), settings)
+    if revision == "head":
+        _apply_analyst_limits(dsn, settings or Settings.from_env())
+
+
+def _apply_analyst_limits(dsn: str, settings: Settings) -> None:
+    """Write the analyst limits of the current settings (they may have changed since the migration)."""
+    from . import analyst
+    from .db import connect, unavailable
+
+    with connect(dsn, settings) as conn:
+        try:
+            analyst.apply_limits(conn, settings)
+            conn.commit()
+        except DATABASE_ERRORS as exc:
+            raise unavailable(exc, settings) from exc
 
 
 def downgrade(dsn: str, revision: str, *, settings: Settings | None = None) -> None:

@@ -194,6 +194,9 @@ class ReadRouter:
         #: (monotonic time, primary LSN) of recent measurements: bounds a lagging replica's lag.
         self._samples: deque[tuple[float, int]] = deque(maxlen=256)
         self._closed = False
+        # With the primary down, writes fail at once for this long after a failed checkout (then
+        # one waits again, up to database_wait_s): reads go on on the replicas meanwhile.
+        primary.fail_fast_s = max(primary.fail_fast_s, _RETRY_INTERVALS * self.settings.replica_check_interval_s)
 
     # -- measuring -------------------------------------------------------------------
 
@@ -235,9 +238,16 @@ class ReadRouter:
         finally:
             self._check_lock.release()
 
+    def primary_down(self) -> str | None:
+        """Why the primary cannot be reached, while its pool fails at once after a failed checkout; else None."""
+        return self.primary.down()
+
     def _primary_lsn(self) -> str | None:
+        if self.primary.down() is not None:
+            return None
         try:
-            with self.primary.connection() as conn:
+            # Half the wait: a read still has the rest of database_wait_s on a replica.
+            with self.primary.connection(timeout=max(0.5, self.settings.database_wait_s / 2)) as conn:
                 lsn = conn.execute(sqlfiles.load("replicas/primary_lsn")).fetchone()[0]
         except (DatabaseUnavailable, psycopg.Error) as exc:
             log.warning("the replicas' lag is unknown: the primary did not answer (%s)", exc)
@@ -358,7 +368,13 @@ class ReadRouter:
                             replica.name, f"it had not replayed the primary's latest writes within "
                                           f"{self.settings.replica_consistent_wait_s:g} s (replica_consistent_wait_s)"))
                         break  # the others lag as much, most likely: the primary is consistent
-                    return read(pool), warnings
+                    answer = read(pool)
+                    down = self.primary.down()
+                    if down is not None:
+                        warnings.append(SearchWarning(
+                            "PRIMARY_UNAVAILABLE", f"the primary cannot be reached ({down}): replica {replica.name}"
+                                                   f" answered, its lag unknown; searches are not counted"))
+                    return answer, warnings
                 except BaseNotFound as exc:
                     warnings.append(_skipped(replica.name, f"{exc.message} there (it may lag)"))
                     break  # the primary knows best

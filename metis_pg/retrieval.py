@@ -8,8 +8,10 @@ the row stamps, and knows nothing of models, reranking or memories.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import lru_cache
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +24,7 @@ from .chunking import embedding_text
 from .errors import InvalidInput
 from .readers import KINDS
 
-__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "phrase_chunks",
+__all__ = ["Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "phrase_chunks", "fuse_bases",
            "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
 
 #: A question word this long (characters, letters only) that no chunk holds is looked for
@@ -136,6 +138,42 @@ def leg_limit(top_k: int) -> int:
     return max(50, 4 * top_k)
 
 
+def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int = 60,
+               dense_weight: float = 1.0, keyword_weight: float = 1.0,
+               plan: fusion.Plan | None = None) -> list[Candidate]:
+    """Fuse the answers of one statement per base as the statement over all of them would.
+
+    Each list holds every passage either leg of its base's statement kept (``2 x
+    leg_limit(legs_top_k)`` fused rows asked). The dense leg over all the bases is the
+    best ``leg_limit(legs_top_k)`` of them by cosine (ties by chunk_id), the keyword leg the
+    best by BM25 (each base's score with its own statistics), ranks from 1. Fused by `plan`
+    (:func:`metis_pg.fusion.fuse`: rrf or convex over every candidate's complete scores, the
+    dense share the first base's statement routed to), or without a plan by weighted RRF:
+    sum of weight / (rrf_k + rank) (Cormack et al. 2009); ties by chunk_id. Returns the best
+    `top_k`.
+    """
+    limit = leg_limit(legs_top_k)
+    every = [c for found in per_base for c in found]
+    dense = sorted((c for c in every if c.dense_rank is not None), key=lambda c: (-c.dense, c.chunk_id))[:limit]
+    keyword = sorted((c for c in every if c.keyword_rank is not None),
+                     key=lambda c: (-c.keyword, c.chunk_id))[:limit]
+    dense_rank = {c.chunk_id: r for r, c in enumerate(dense, start=1)}
+    keyword_rank = {c.chunk_id: r for r, c in enumerate(keyword, start=1)}
+    kept = [c for c in every if c.chunk_id in dense_rank or c.chunk_id in keyword_rank]
+    cands = [(c.dense, dense_rank.get(c.chunk_id), c.keyword, keyword_rank.get(c.chunk_id), c.chunk_id) for c in kept]
+    if plan is None:
+        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
+                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
+                           route_weak=0.0, weak_ratio=0.0, fired=())
+    share = next((c.share for c in kept if c.share is not None), plan.dense_share)
+    scores = fusion.fuse(cands, plan.fusion, share, normalization=plan.normalization, rrf_k=plan.rrf_k,
+                         weight_sum=plan.weight_sum)
+    fused = [replace(c, dense_rank=d, keyword_rank=k, fused=score)
+             for c, (_, d, _, k, _), score in zip(kept, cands, scores)]
+    fused.sort(key=lambda c: (-c.fused, c.chunk_id))
+    return fused[:top_k]
+
+
 def _ms(later: datetime, earlier: datetime) -> float:
     return max((later - earlier).total_seconds() * 1000.0, 0.0)
 
@@ -152,6 +190,55 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
         times[name] = _ms(t, previous)
         previous = t
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
+
+
+#: The arguments of bm25_top_k (sql/search/bm25_top_k.v4.sql) as the hybrid statement's parameters.
+_KEYWORD_ARGUMENTS = {
+    "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
+    "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
+    "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
+                   " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
+    "p_only_chunks": "%(only_chunks)s::bigint[]",
+    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL THEN NULL"
+                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM excluded) END)",
+}
+_citus_statements: dict[str, bool] = {}
+
+
+def on_citus(conn: psycopg.Connection) -> bool:
+    """Whether `conn` is a Citus coordinator with the chunks distributed (asked once per server and database)."""
+    key = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+    if key not in _citus_statements:
+        # Two statements: a relation that does not exist is an error when the statement is parsed.
+        citus = conn.execute("SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL").fetchone()[0]
+        _citus_statements[key] = bool(citus and conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition"
+            "               WHERE logicalrelid = to_regclass('chunks') AND partmethod = 'h')").fetchone()[0])
+    return _citus_statements[key]
+
+
+@lru_cache(maxsize=2)
+def hybrid_statement(citus: bool) -> str:
+    """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the keyword leg's statement
+    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v4.sql) in place of the function's call.
+
+    Citus routes a statement of one base to the worker holding it (a router query) only when it
+    can send it whole; a call of bm25_top_k cannot be sent (the function's own statement would run
+    distributed from a shard, which Citus refuses), so with the call the statement is planned as
+    one subplan per CTE, a round trip each (docs/scaling.md). Inlined, its arguments are the
+    statement's own parameters (:data:`_KEYWORD_ARGUMENTS`) and the whole statement is one task.
+    """
+    hybrid = sqlfiles.load("search/hybrid")
+    if not citus:
+        return hybrid
+    function = sqlfiles.load("search/bm25_top_k.v4").split("CREATE OR REPLACE FUNCTION bm25_chunk_scores")[0]
+    body = function.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0]
+    body = body.replace("%", "%%")
+    for argument, parameter in _KEYWORD_ARGUMENTS.items():
+        body = re.sub(rf"\b{argument}\b", lambda _: parameter, body)
+    start = hybrid.index("    FROM bm25_top_k(")
+    end = hybrid.index(") AS k\n", start) + len(") AS k\n")
+    return hybrid[:start] + f"    FROM ({body}\n    ) AS k\n" + hybrid[end:]
 
 
 def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],
@@ -285,7 +372,7 @@ def run_search(
         **filters.to_params(),
     }
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(statement or sqlfiles.load("search/hybrid"), params).fetchall()
+        rows = cur.execute(statement or hybrid_statement(on_citus(conn)), params).fetchall()
     if not rows:
         return [], LegTimes()
     candidates = [

@@ -8,8 +8,11 @@ One pipeline serves :meth:`Metis.search <metis_pg.api.Metis.search>`,
    that does not answer turns a hybrid search into a keyword one (warning
    ``KEYWORD_ONLY``) and refuses a dense one (:class:`EmbeddingModelUnavailable`).
 2. **Statement**: bases sharing an embedding model (served the same way) *and*
-   BM25/RRF parameters are searched by one ``sql/search/hybrid.sql`` statement (both legs and their fusion,
-   filters inside both legs); each group uses its own bases' k1, b, rrf_k, dense_weight and
+   BM25/RRF parameters are searched as by one ``sql/search/hybrid.sql`` statement (both legs and their
+   fusion, filters inside both legs): one base by that statement; several by one statement per base,
+   run at once on connections of their own and fused as the one statement over them would
+   (:func:`~metis_pg.retrieval.fuse_bases`; a router query each on Citus, the cores side by side on
+   one node: docs/scaling.md). Each group uses its own bases' k1, b, rrf_k, dense_weight and
    keyword_weight (weighted RRF: ``dense_weight / (rrf_k + dense_rank) + keyword_weight /
    (rrf_k + keyword_rank)``), or the request's ``fusion`` override of rrf_k and the weights.
    Groups (bases of different models or parameters) are merged by RRF over their
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +49,7 @@ from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
 from .memories import order_facts
 from .models.embed import Embedder
 from .models.rerank import Reranker
+from .search_counts import counts_of
 from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
 from .readers.document import line_at
 from .snippets import snippet_at
@@ -274,15 +279,8 @@ class SearchPipeline:
                 vectors[service] = self._embed_question(spec, request, warnings)
                 took["embed"] += (time.perf_counter() - t0) * 1000
             plan = fusion_functions.plan(spec, request.question)
-            base_ids = [r.base_id for r in group]
-            with self.pool.connection() as conn:
-                only = retrieval.phrase_chunks(conn, base_ids, parsed.phrases) if parsed.phrases else None
-                found, legs = retrieval.run_search(
-                    conn, base_ids=base_ids, model=spec.fingerprint,
-                    query_embedding=vectors.get(service), terms=terms, top_k=fetch, legs_top_k=top_k,
-                    filters=request.filters, k1=spec.k1, b=spec.b, plan=plan, only_chunks=only,
-                    exclude_terms=parsed.excluded,
-                )
+            found, legs = self._search_group([r.base_id for r in group], spec, vectors.get(service), terms,
+                                             fetch, request, plan, parsed)
             plans[group[0].name] = (plan, found[0] if found else None)
             lists.append((spec.rrf_k, found))
             took["dense"] += legs.dense
@@ -316,8 +314,8 @@ class SearchPipeline:
         # SPEC F11, after reranking: facts that hold, then replaced ones, each group in ranked order.
         candidates = order_facts(candidates[:top_k]) + candidates[top_k:]
 
-        if count:  # SPEC F20: a count per base, day and mode; never the question. Best-effort: never fails a search
-            storage.record_search(self.count_pool, [r.base_id for r in rows], mode)
+        if count:  # SPEC F20: a count per base, day and mode; never the question. Never fails nor delays a search
+            counts_of(self.count_pool).add([r.base_id for r in rows], mode)
         if parsed.phrases and not candidates:
             warnings.append(SearchWarning("PHRASE_NOT_FOUND", "no chunk holds " + " and ".join(
                 f'"{p}"' for p in parsed.phrases) + " as written (words in that order)"))
@@ -327,6 +325,39 @@ class SearchPipeline:
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
         )
+
+    def _search_group(self, base_ids: list[int], spec: BaseSpec, vector: Any, terms: list[str], fetch: int,
+                      request: SearchRequest, plan: fusion_functions.Plan,
+                      parsed: query_syntax.ParsedQuestion) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
+        """Run the hybrid statement for bases sharing a model and parameters: one statement for
+        one base; for several, one statement per base on connections of their own, at once,
+        fused as one statement over them all would (:func:`metis_pg.retrieval.fuse_bases`).
+
+        Per base: on Citus each statement is a router query on the worker holding its base
+        (one over several bases is refused), and on one node the bases' statements use the
+        cores side by side (docs/scaling.md, docs/performance.md). The legs' times are the
+        slowest base's.
+        """
+        def one(base_id: int, rows: int) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
+            with self.pool.connection() as conn:
+                # A quoted phrase: only the chunks holding it; -word: never the chunks holding it (issue 20).
+                only = retrieval.phrase_chunks(conn, [base_id], parsed.phrases) if parsed.phrases else None
+                return retrieval.run_search(
+                    conn, base_ids=[base_id], model=spec.fingerprint, query_embedding=vector, terms=terms,
+                    top_k=rows, legs_top_k=request.top_k, filters=request.filters, k1=spec.k1, b=spec.b,
+                    plan=plan, only_chunks=only, exclude_terms=parsed.excluded)
+
+        if len(base_ids) == 1:
+            return one(base_ids[0], fetch)
+        every = 2 * retrieval.leg_limit(request.top_k)  # all that either leg of a base kept
+        workers = min(len(base_ids), max(1, getattr(self.pool, "max_size", 4) // 2))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="metis-base") as executor:
+            answers = list(executor.map(lambda base_id: one(base_id, every), base_ids))
+        fused = retrieval.fuse_bases([found for found, _ in answers], legs_top_k=request.top_k, top_k=fetch,
+                                     plan=plan)
+        return fused, retrieval.LegTimes(dense=max(t.dense for _, t in answers),
+                                         keyword=max(t.keyword for _, t in answers),
+                                         fuse=max(t.fuse for _, t in answers))
 
     def _filter_warnings(self, base_ids: list[int], request: SearchRequest) -> list[SearchWarning]:
         """``FILTERS_MATCH_NOTHING`` when the search found nothing because its filters keep no

@@ -93,3 +93,38 @@ def docx_bytes(paragraphs: int, *, merged_rows: int = 0) -> bytes:
         archive.writestr("_rels/.rels", rels)
         archive.writestr("word/document.xml", document)
     return out.getvalue()
+
+
+def docx_of(document_xml: bytes) -> bytes:
+    """A .docx whose word/document.xml is `document_xml` (the parts of ``raw_files.docx_bytes``)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(docx_bytes(1))) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = document_xml if info.filename == "word/document.xml" else src.read(info.filename)
+            dst.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def docx_bomb(xml_mb: int = 190) -> bytes:
+    head = (b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:document '
+            b'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>')
+    paragraph = b"<w:p><w:r><w:t>Lorem ipsum dolor sit amet, consectetur adipiscing elit.</w:t></w:r></w:p>"
+    body = paragraph * (xml_mb * 1_000_000 // len(paragraph))
+    return docx_of(head + body + b"</w:body></w:document>")
+
+
+def docx_big_xml(xml_mb: int = 190) -> bytes:
+    """An honest-looking .docx of `xml_mb` MB of XML that inflates like Word's (varied words): it passes
+    the zip-bomb checks, so its memory is the streaming parser's."""
+    import random
+
+    rng = random.Random(7)
+    words = [f"w{rng.randint(0, 999)}" for _ in range(300)]
+    head = (b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:document '
+            b'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>')
+    run = '<w:r><w:rPr><w:rFonts w:ascii="Calibri" w:hAnsi="Calibri"/><w:sz w:val="22"/></w:rPr><w:t>{}</w:t></w:r>'
+    paragraphs = [('<w:p><w:pPr><w:spacing w:after="160" w:line="259" w:lineRule="auto"/></w:pPr>'
+                   + "".join(run.format(" ".join(rng.choices(words, k=4))) for _ in range(2)) + "</w:p>").encode()
+                  for _ in range(4_000)]
+    block = b"".join(paragraphs)
+    return docx_of(head + block * (xml_mb * 1_000_000 // len(block)) + b"</w:body></w:document>")

@@ -28,7 +28,7 @@ from pg_servers import embedded_server
 
 CITUS = Path(__file__).resolve().parents[1] / "sql" / "citus"
 REFERENCE = {"bases", "sources"}
-LOCAL = {"alembic_version"}
+LOCAL = {"alembic_version", "analyst_limits"}
 
 
 def distributed_and_reference() -> tuple[list[str], list[str]]:

@@ -237,7 +237,10 @@ def test_citus_setup_then_migrations_then_distribution_then_the_service(citus):
 
 def test_citus_sql_registers_both_workers_and_distributes_by_base_id():
     nodes = (ROOT / "sql" / "citus" / "nodes.sql").read_text()
-    assert "citus_add_node('worker1', 5432)" in nodes and "citus_add_node('worker2', 5432)" in nodes
+    # The nodes' addresses are psql variables whose defaults are the compose file's services.
+    for name in ("coordinator", "worker1", "worker2"):
+        assert f"\\set {name} {name} " in nodes and f"\\set {name}_port 5432 " in nodes
+    assert "citus_add_node(:'worker1', :worker1_port)" in nodes and "citus_add_node(:'worker2', :worker2_port)" in nodes
     distribute = (ROOT / "sql" / "citus" / "distribute.sql").read_text()
     assert "create_reference_table" in distribute and "create_distributed_table" in distribute
     assert "colocate_with => ''documents''" in distribute and "'base_id'" in distribute

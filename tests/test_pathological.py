@@ -138,7 +138,8 @@ def test_reading_past_the_time_budget_stops_with_the_reason(tmp_path: Path, file
     path.write_bytes(data)
 
     started = time.perf_counter()
-    with pytest.raises(TimeBudgetExceeded) as caught, time_budget(0.05, str(path)):
+    # Only the base budget: the 3 s per MB a file earns (issue 26) is tested in test_hostile_files.py.
+    with pytest.raises(TimeBudgetExceeded) as caught, time_budget(0.05, str(path), per_mb_s=0, per_page_s=0):
         chunk_document(read_document(path))
     seconds = time.perf_counter() - started
 

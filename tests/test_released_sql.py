@@ -40,7 +40,13 @@ RELEASED: dict[str, tuple[str, str]] = {
     "search/bm25_top_k.v1": ("0011", "2dcc8a56a3e85c583cb1e3ead11e2a9460e6288458628a7880c95ad68366164f"),
     "views/postings.v1": ("0011", "482473498cbdf8bb327f9dd7d2b4f33e79f7a978f60db860a1cf0713eec569ec"),
     "search/bm25_top_k.v2": ("0012", "4417812e68b5ba498bdbe3864b1ea79ae531cc2d9b39cfa4b756b7bcebb60ad4"),
-    "search/bm25_top_k.v3": ("0013", "93e38ef362ba44700b9b9c288b328e43f0c5f91352a03af6880181dc71f998e4"),
+    "search/bm25_top_k.v3": ("0013", "20c8aa02584b8abc2a1afd68836dcb306917da0258274aa6d74c3946cfed6ffb"),
+    "views/chunk_citations.v3": ("0013", "2da60921d05fa0132c81943aed7e53d9436b0bf36d69b3cee2e5fe2cc484d70a"),
+    "views/base_health.v3": ("0013", "f9be5c8bb7e596c400cf6b9063cd46b186900cd8d33434cd338ba14c9fa83e69"),
+    "views/postings.v2": ("0013", "a23c88c5745a9c6e5bfdd754e194103c487c7e9506ab26332347f491f576db04"),
+    "analyst/login_limits.v1": ("0014", "d4fbbb1878ae5790f135a776ef7502649c2c01f197b7a67c85031f6da31ecfcf"),
+    "analyst/set_limits": ("0014", "3fe2208c9696badd527a4e9f519bbf23ac0c01b1a33e6c4e538f47d8e168f590"),
+    "search/bm25_top_k.v4": ("0015", "45ee22ad14098b09b6abda1b17a7bed86c0e1e4ee1e17750d2a63aad8944be64"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
@@ -145,12 +151,12 @@ def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_da
     assert _running(fresh_database, "bm25_top_k") == []
     migrate.upgrade(fresh_database, "0011")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
-    migrate.upgrade(fresh_database, "0012")
-    assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
+    migrate.upgrade(fresh_database, "0014")
+    assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
     migrate.upgrade(fresh_database)
-    # 0013 (issue 20) adds v3's overload with the phrase and exclusion filters (9 arguments); v2's stays.
+    # 0015 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
     assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
-        [(_body("search/bm25_top_k.v2"),), (_body("search/bm25_top_k.v3"),)])
+        [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
     migrate.downgrade(fresh_database, "0012")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
     migrate.downgrade(fresh_database, "0011")

@@ -375,3 +375,77 @@ def test_a_stopped_standby_sends_searches_to_the_primary_with_a_warning_then_bac
     back = poll("searches on the standby again", lambda: (a := routed.search(base, "copper apples", top_k=3))
                 .warnings == () and a, timeout_s=30)
     assert ranked(back) == expected
+
+
+# -- the primary goes away (its own pair: the module's primary stays up) -------------------------------
+
+
+def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fail_at_once(
+        hash_url, tmp_path, monkeypatch):
+    with embedded_server("replicas-down") as (embedded, pgdata):
+        migrate.upgrade(embedded)
+        folder = pgdata.parent / "standby"
+        standby = replicas.create_standby(embedded, folder)
+        # Another spelling of the primary's URL: not the embedded server this process started, so
+        # that no pool restarts it (a primary elsewhere that went down).
+        primary = embedded + "&application_name=metis-primary"
+        try:
+            with metis_pg.Metis(primary, settings=settings()) as writer:
+                writer.create_base("kb", embedding_model="hash-words", embedding_url=hash_url,
+                                   embedding_dim=hash_embedder.DIM)
+                writer.index("kb", write_corpus(tmp_path / "kb", CORPUS))
+            poll("the standby caught up", lambda: caught_up(primary, standby))
+            local_standby._run("pg_ctl", ["-w", "-D", str(pgdata), "-m", "immediate", "stop"])
+            wait_s = 2.0
+
+            started = time.monotonic()
+            with metis_pg.connect(primary, read_dsns=[standby], settings=settings(database_wait_s=wait_s)) as m:
+                answer = m.search("kb", "kiln glaze firing schedule", mode="keyword")
+                first_s = time.monotonic() - started
+                hybrid = m.search("kb", "kiln glaze firing schedule")
+                compared = m.compare("kb", "cider press", top_k=2)
+                listed = m.list_bases()
+                documents = m.documents("kb")
+                text = m.get("kb", "orchard.md")
+                [status] = m.replica_status()
+                t0 = time.monotonic()
+                with pytest.raises(metis_pg.DatabaseUnavailable):
+                    m.add_note("kb", "Pier", "The pier lamp is green.")
+                write_s = time.monotonic() - t0
+                app = service.create_app(m, tokens=[TOKEN], source_roots=[tmp_path])
+                with service.running(app) as url:
+                    found = httpx.post(f"{url}/search", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30,
+                                       json={"bases": "kb", "question": "copper apples", "mode": "keyword"})
+                    health = httpx.get(f"{url}/healthz", timeout=30)
+                    # What the console's pages read (metis_pg/service/console: GET /bases, then searches).
+                    console = httpx.get(f"{url}/bases", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+            monkeypatch.setenv("METIS_READ_DATABASE_URLS", standby)
+            monkeypatch.setenv("METIS_DATABASE_WAIT_S", str(wait_s))
+            cli = run_cli("search", "kb", "lantern", "--mode", "keyword", "--json", "--dsn", primary)
+            cli_status = run_cli("status", "--dsn", primary)
+            cli_ls = run_cli("ls", "kb", "--dsn", primary)
+            cli_index = run_cli("index", str(tmp_path / "kb"), "--base", "kb", "--dsn", primary)
+        finally:
+            replicas.remove_standby(folder)
+
+    assert answer.results[0].citation.document == "kiln.txt"
+    assert "PRIMARY_UNAVAILABLE" in [w.code for w in answer.warnings], answer.warnings
+    assert first_s < wait_s + 2.0, first_s  # the primary is waited for at most database_wait_s
+    assert hybrid.results and "PRIMARY_UNAVAILABLE" in [w.code for w in hybrid.warnings]
+    assert compared.passages[0].citation.document == "orchard.md"
+    assert [b.name for b in listed] == ["kb"] and listed[0].documents == 3
+    assert sorted(d.document for d in documents) == sorted(CORPUS) and "copper apples" in text[0].text
+    assert status.status == "ok" and status.lag_s is None
+    assert write_s < 0.5, write_s  # the primary's failure is known: the write fails at once
+    assert found.status_code == 200, found.text
+    assert found.json()["results"][0]["citation"]["document"] == "orchard.md"
+    assert "PRIMARY_UNAVAILABLE" in [w["code"] for w in found.json()["warnings"]]
+    assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
+    assert health.json()["replicas"][0]["status"] == "ok"
+    assert console.status_code == 200 and [b["name"] for b in console.json()["bases"]] == ["kb"]
+    assert cli.code == 0, cli.stderr
+    assert cli.json()["results"][0]["citation"]["document"] == "harbour.txt"
+    assert "PRIMARY_UNAVAILABLE" in [w["code"] for w in cli.json()["warnings"]]
+    assert cli_status.code == 0 and "kb" in cli_status.stdout, cli_status.stderr
+    assert cli_ls.code == 0 and "kiln.txt" in cli_ls.stdout, cli_ls.stderr
+    assert cli_index.code == 5 and "DATABASE_UNAVAILABLE" in cli_index.stderr + cli_index.stdout, cli_index

@@ -17,7 +17,7 @@ from metis_pg.config import BaseSpec, Settings, settings_table
 from cli_runner import run_cli
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
-UNITS = ("_s", "_ms", "_bytes")
+UNITS = ("_s", "_ms", "_bytes", "_pct")
 
 
 def test_docs_settings_md_holds_the_generated_table():

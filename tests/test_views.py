@@ -35,6 +35,9 @@ VIEWS = {
     "searches_per_day": ["base", "day", "mode", "searches"],
     "postings": ["base", "base_id", "term", "chunk_id", "document_id", "tf", "chunk_terms"],
 }
+# Version 3 / 2 (migration 0013): the same columns, joins on base_id (they run on Citus).
+VIEWS.update({"chunk_citations_v3": VIEWS["chunk_citations_v2"], "base_health_v3": VIEWS["base_health_v2"],
+              "postings_v2": VIEWS["postings"]})
 #: view -> the released file of sql/views/ it is made of (a vN+1 view is a new view named <view>_vN+1).
 VIEW_FILES = {view: (f"{view.rsplit('_v', 1)[0]}.v{view.rsplit('_v', 1)[1]}" if re.search(r"_v\d+$", view)
                      else f"{view}.v1") for view in VIEWS}

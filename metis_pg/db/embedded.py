@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -123,6 +124,10 @@ def server_settings(memory_bytes: int, cores: int) -> dict[str, str]:
         "max_parallel_workers": str(cores),
         "max_parallel_workers_per_gather": str(min(max(cores, 1), 4)),
         "random_page_cost": "1.1",  # data in memory or on SSD
+        # After a crash (a killed postmaster), recovery first fsyncs every file of the data folder one
+        # by one (3.3 s of a 5.5 s restart at load 10, issue 26); one syncfs() of its file system
+        # gives the same guarantee at once (Linux; PostgreSQL 14+).
+        **({"recovery_init_sync_method": "syncfs"} if sys.platform.startswith("linux") else {}),
     }
 
 

@@ -1,7 +1,9 @@
 """The pool seam: THE connection pool of metis_pg, and the one place psycopg errors become ours.
 
 :class:`Pool` is the one seam between metis_pg and PostgreSQL, like httpx's
-transport error mapping: every checkout and every statement run inside
+transport error mapping: a statement the server refuses as unsupported (chiefly
+Citus, on distributed tables) raises :class:`~metis_pg.errors.DatabaseUnsupported`
+with the server's message; every checkout and every statement run inside
 ``with pool.connection() as conn:`` that fails because the database is down,
 restarting, full, read-only, out of connections, or a wait ran out, raises
 :class:`~metis_pg.errors.DatabaseUnavailable` naming the cause, within
@@ -31,7 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .. import sqlfiles
 from ..config import Settings
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseUnavailable, DatabaseUnsupported
 from .embedded import current_uri, embedded_data_folder, embedded_dsn, postmaster_alive, restart_embedded, restart_lock
 
 __all__ = [
@@ -76,6 +78,11 @@ def _seconds(value: float) -> str:
 
 
 #: Server errors whose cause needs no detail of the error, in the words the user reads.
+#: What the seam turns into DatabaseUnsupported: a feature the server does not support (0A000), and
+#: the internal errors (XX000) Citus raises for what it cannot run (e.g. a distributed query from a
+#: function running on a shard, a parallel command after local execution in one transaction).
+_UNSUPPORTED: tuple[type[BaseException], ...] = (pg_errors.FeatureNotSupported, pg_errors.InternalError_)
+
 _FIXED_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
     (pg_errors.ReadOnlySqlTransaction, "the database is read-only (a standby, or default_transaction_read_only is on)"),
     (pg_errors.AdminShutdown,
@@ -130,6 +137,16 @@ def unavailable(exc: BaseException, settings: Settings | None = None) -> Databas
     return DatabaseUnavailable(f"the database is unavailable: {cause_of(exc, settings)}")
 
 
+def unsupported(exc: BaseException) -> DatabaseUnsupported:
+    """Return the DatabaseUnsupported that stands for a FeatureNotSupported error (raise it ``from exc``):
+    the server's message and its detail, on one line."""
+    diag = getattr(exc, "diag", None)
+    primary = (getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]).strip()
+    detail = getattr(diag, "message_detail", None)
+    return DatabaseUnsupported(f"the database cannot run this statement: {primary}"
+                               + (f" ({detail.strip()})" if detail else ""))
+
+
 def _connect_timeout(settings: Settings) -> int:
     # libpq takes whole seconds, and treats 1 as 2.
     return max(2, math.ceil(settings.database_wait_s))
@@ -180,16 +197,23 @@ class Pool:
     """
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None,
-                 pgdata: Path | None = None) -> None:
+                 pgdata: Path | None = None, lazy: bool = False) -> None:
         self.settings = settings or Settings.from_env()
         self.min_size, self.max_size = min_size, max_size
         self._pgdata = pgdata if pgdata is not None else embedded_data_folder(dsn)
         self._closed = False
-        self._pool = self._open(dsn)
+        #: Seconds a failed checkout keeps this pool failing at once (0: every checkout waits);
+        #: a primary with read replicas sets it, so that writes fail at once while reads go on.
+        self.fail_fast_s = 0.0
+        self._down_until = 0.0
+        self._down_cause = ""
+        self._pool = self._open(dsn, lazy=lazy)
 
     # -- psycopg's pool, configured ----------------------------------------------------
 
-    def _open(self, dsn: str) -> _RecordingPool:
+    def _open(self, dsn: str, *, lazy: bool = False) -> _RecordingPool:
+        """Open psycopg's pool; `lazy`: do not wait for a first connection (it is made in the
+        background, a checkout waits for it): a primary that is down does not stop its replicas."""
         wait = self.settings.database_wait_s
         pool = _RecordingPool(
             dsn, min_size=self.min_size, max_size=self.max_size, configure=self._configure, check=self._check,
@@ -200,7 +224,7 @@ class Pool:
             kwargs={"autocommit": False, "prepare_threshold": None, "connect_timeout": _connect_timeout(self.settings)},
         )
         try:
-            pool.open(wait=True, timeout=max(wait, 1.0))
+            pool.open(wait=not lazy, timeout=max(wait, 1.0))
         except Exception as exc:
             error = pool.last_error or exc
             pool.close(timeout=0)
@@ -233,6 +257,11 @@ class Pool:
     # -- the seam ------------------------------------------------------------------------
 
     @property
+    def data_folder(self) -> Path | None:
+        """The embedded server's data folder (its disk is the database's), or None for a server of your own."""
+        return self._pgdata
+
+    @property
     def conninfo(self) -> str:
         """The DSN connections are opened with (changes when an embedded server is restarted)."""
         return self._pool.conninfo
@@ -254,10 +283,28 @@ class Pool:
                 yield conn
         except DATABASE_ERRORS as exc:
             raise unavailable(exc, self.settings) from exc
+        except _UNSUPPORTED as exc:  # chiefly Citus: what it cannot plan or run on distributed tables
+            raise unsupported(exc) from exc
         finally:
             pool.putconn(conn)
 
+    def down(self) -> str | None:
+        """The cause, while a failed checkout keeps this pool failing at once (``fail_fast_s``); else None."""
+        return self._down_cause if time.monotonic() < self._down_until else None
+
     def _checkout(self, timeout: float | None) -> tuple[psycopg.Connection, ConnectionPool]:
+        cause = self.down()
+        if cause is not None:
+            raise DatabaseUnavailable(cause)
+        try:
+            return self._checkout_waiting(timeout)
+        except DatabaseUnavailable as exc:
+            # Only when the server could not be reached (a pool busy with slow statements is not down).
+            if self.fail_fast_s > 0 and not self._closed and self._pool.last_error is not None:
+                self._down_cause, self._down_until = exc.message, time.monotonic() + self.fail_fast_s
+            raise
+
+    def _checkout_waiting(self, timeout: float | None) -> tuple[psycopg.Connection, ConnectionPool]:
         wait = self.settings.database_wait_s if timeout is None else timeout
         self._restart_if_dead()
         pool = self._pool

@@ -55,6 +55,7 @@ from ..chunking import Chunk, chunk_document, chunk_terms, embedding_text
 from ..config import BaseSpec, Settings
 from ..documents import SourceInfo
 from ..errors import (
+    DiskFull,
     BaseNotFound,
     DatabaseUnavailable,
     EmbeddingModelUnavailable,
@@ -62,8 +63,9 @@ from ..errors import (
     MetisError,
     UnreadableDocument,
 )
+from ..disk_space import BYTES_PER_CHUNK, BYTES_PER_VECTOR, DiskGuard
 from ..models.embed import Embedder
-from ..readers import display_path, kind_of, read_document, time_budget, versioned_hash
+from ..readers import budget_left, display_path, kind_of, read_document, read_file_once, time_budget, versioned_hash
 from ..readers.document import Document
 from ..results import FailedDocument, IndexReport
 from ..tokenizer import TOKENIZER_VERSION
@@ -138,6 +140,7 @@ class _Run:
     """
 
     base: str
+    base_id: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     failed: list[FailedDocument] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -187,7 +190,7 @@ def index_paths(
     """
     started = time.perf_counter()
     spec = base.base_spec
-    run = _Run(base=base.name)
+    run = _Run(base=base.name, base_id=base.base_id)
     budget = settings.file_time_budget_s if file_time_budget_s is None else file_time_budget_s
     unlisted: dict[Path, str] = {}
 
@@ -211,85 +214,106 @@ def index_paths(
         ]
         storage.set_status(conn, base.base_id, "indexing")
 
-    # Phase 1 (words): no call to the embedding model. A base whose postings an older tokenizer
-    # made reads every document again (vectors of unchanged chunk texts are reused).
-    retokenize = spec.tokenizer_version != TOKENIZER_VERSION
-    done = 0
-    for (name, root, files, deletes), source_id in zip((_fields(p) for p in plans), source_ids):
-        with pool.connection() as conn:
-            known = storage.document_hashes(conn, source_id)
-        seen: set[str] = set()
-        batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents)
-        for path in files:
-            rel = display_path(path.relative_to(root).as_posix())
-            if rel in seen:  # two names alike once their undecodable bytes are written \xNN
-                run.failed.append(FailedDocument(rel, f"{display_path(str(path))}: another file of this folder"
-                                                      f" is indexed under the same name {rel!r}: skipped"))
-            else:
-                seen.add(rel)
-                pending = _read_file(pool, spec, run, path, rel, known.get(rel), budget, retokenize=retokenize)
-                if pending is not None:
-                    batch.add(pending)
-            batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
-            done += 1
-            if on_progress:
-                on_progress(done, total, run.counts["chunks"])
-        batch.write()
-        # A folder that could not be listed is not a folder whose files are gone.
-        blind = [display_path(f.relative_to(root).as_posix()) for f in unlisted if f.is_relative_to(root)]
-        kept: dict[str, int] = {}
-        if deletes:
-            for rel, (document_id, _) in known.items():
-                if rel in seen:
+    # A full disk foreseen (issue 26): every write checks first that it leaves the margin free.
+    guard = DiskGuard.of(pool, settings)
+    try:
+        guard.check_pool(pool, 0)
+        # Phase 1 (words): no call to the embedding model. A base whose postings an older tokenizer
+        # made reads every document again (vectors of unchanged chunk texts are reused).
+        retokenize = spec.tokenizer_version != TOKENIZER_VERSION
+        done = 0
+        for (name, root, files, deletes), source_id in zip((_fields(p) for p in plans), source_ids):
+            with pool.connection() as conn:
+                known = storage.document_hashes(conn, source_id)
+            seen: set[str] = set()
+            batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents,
+                           guard=guard)
+            for path in files:
+                rel = display_path(path.relative_to(root).as_posix())
+                if rel in seen:  # two names alike once their undecodable bytes are written \xNN
+                    run.failed.append(FailedDocument(rel, f"{display_path(str(path))}: another file of this folder"
+                                                          f" is indexed under the same name {rel!r}: skipped"))
+                else:
+                    seen.add(rel)
+                    pending = _read_file(pool, settings, spec, run, path, root, rel, known.get(rel), budget,
+                                         retokenize=retokenize)
+                    if pending is not None:
+                        batch.add(pending)
+                batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
+                done += 1
+                if on_progress:
+                    on_progress(done, total, run.counts["chunks"])
+            batch.write()
+            # A folder that could not be listed is not a folder whose files are gone.
+            blind = [display_path(f.relative_to(root).as_posix()) for f in unlisted if f.is_relative_to(root)]
+            kept: dict[str, int] = {}
+            if deletes:
+                for rel, (document_id, _) in known.items():
+                    if rel in seen:
+                        continue
+                    hidden = next((b for b in blind if b == "." or rel.startswith(b + "/")), None)
+                    if hidden is not None:
+                        kept[hidden] = kept.get(hidden, 0) + 1
+                        continue
+                    with pool.connection() as conn:
+                        storage.delete_document(conn, base.base_id, document_id)
+                    run.counts["deleted"] += 1
+            for folder, reason in unlisted.items():
+                if not folder.is_relative_to(root):
                     continue
-                hidden = next((b for b in blind if b == "." or rel.startswith(b + "/")), None)
-                if hidden is not None:
-                    kept[hidden] = kept.get(hidden, 0) + 1
-                    continue
-                with pool.connection() as conn:
-                    storage.delete_document(conn, base.base_id, document_id)
-                run.counts["deleted"] += 1
-        for folder, reason in unlisted.items():
-            if not folder.is_relative_to(root):
-                continue
-            rel = display_path(folder.relative_to(root).as_posix())
-            count = kept.get(rel, 0)
-            run.warnings.append(
-                f"{display_path(str(folder))}: folder {reason}: not indexed"
-                + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
-            )
-
-    # Re-tokenized only when every document of those sources was read: whole folders, all listed.
-    if retokenize and not run.failed and not unlisted and all(p.deletes for p in plans):
-        with pool.connection() as conn:
-            if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
-                spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
-            else:
+                rel = display_path(folder.relative_to(root).as_posix())
+                count = kept.get(rel, 0)
                 run.warnings.append(
-                    f"base {base.name!r} still holds documents of other folders with the terms of tokenizer"
-                    f" version {spec.tokenizer_version}: `metis index --base {base.name}` re-tokenizes every folder"
+                    f"{display_path(str(folder))}: folder {reason}: not indexed"
+                    + (f"; its {count} indexed document{'' if count == 1 else 's'} kept, not deleted" if count else "")
                 )
 
-    # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
-    if embedder is not None:
-        try:
-            run.counts["chunks_embedded"] += vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
-                                                         on_progress=on_embed_progress)
-        except EmbeddingModelUnavailable as exc:
-            run.model_down = exc.message
-            run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
+        # Re-tokenized only when every document of those sources was read: whole folders, all listed.
+        if retokenize and not run.failed and not unlisted and all(p.deletes for p in plans):
+            with pool.connection() as conn:
+                if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
+                    spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
+                else:
+                    run.warnings.append(
+                        f"base {base.name!r} still holds documents of other folders with the terms of tokenizer"
+                        f" version {spec.tokenizer_version}: `metis index --base {base.name}` re-tokenizes every folder"
+                    )
 
-    with pool.connection() as conn:
-        missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
-        status = "waiting" if missing else "ready"
-        storage.set_status(conn, base.base_id, status, indexed=True)
-    if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
-        run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
-    return IndexReport(
-        base=base.name, **run.counts, failed=tuple(run.failed),
-        chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
-        seconds=time.perf_counter() - started,
-    )
+        # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
+        if embedder is not None:
+            refused: dict[int, tuple[int, str]] = {}
+
+            def written(n: int) -> None:  # counted per batch: a model that stops later keeps this count right
+                run.counts["chunks_embedded"] += n
+
+            try:
+                vectors.embed_missing(pool, base, embedder, batch=settings.embed_batch_chunks,
+                                      max_chars=settings.embed_max_chars, on_progress=on_embed_progress,
+                                      on_written=written, refused=refused,
+                                      before_write=lambda n: guard.check_pool(pool, n * BYTES_PER_VECTOR))
+            except EmbeddingModelUnavailable as exc:
+                run.model_down = exc.message
+                run.warnings.append(f"{exc.message}: chunks stored without vectors; `metis index` embeds them later")
+            refusal = vectors.refusal_warning(pool, refused)
+            if refusal is not None:
+                run.warnings.append(refusal)
+
+        with pool.connection() as conn:
+            missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+            status = "waiting" if missing else "ready"
+            storage.set_status(conn, base.base_id, status, indexed=True)
+        if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
+            run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
+        return IndexReport(
+            base=base.name, **run.counts, failed=tuple(run.failed),
+            chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
+            seconds=time.perf_counter() - started,
+        )
+    except DiskFull:
+        with pool.connection() as conn:  # the base as its rows are, not left "indexing"
+            missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+            storage.set_status(conn, base.base_id, "waiting" if missing else "ready", indexed=True)
+        raise
 
 
 #: A batch of documents is written (one transaction) once it holds this many chunks,
@@ -309,8 +333,9 @@ class _Batch:
     """
 
     def __init__(self, pool: db.Pool, base_id: int, source_id: int, model: str, run: _Run, *,
-                 max_documents: int) -> None:
+                 max_documents: int, guard: DiskGuard | None = None) -> None:
         self._pool, self._base_id, self._source_id, self._model, self._run = pool, base_id, source_id, model, run
+        self._guard = guard
         self._max_documents = max_documents
         self._pending: list[storage.PendingDocument] = []
         self._chunks = 0
@@ -340,6 +365,8 @@ class _Batch:
         """Write the queued documents in one transaction."""
         if not self._pending:
             return
+        if self._guard is not None:  # DISK_FULL before PostgreSQL runs out of space (metis_pg.disk_space)
+            self._guard.check_pool(self._pool, self._chunks * BYTES_PER_CHUNK)
         with self._pool.connection() as conn:
             storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
                                     documents=self._pending, model=self._model)
@@ -348,9 +375,11 @@ class _Batch:
 
 def _read_file(
     pool: db.Pool,
+    settings: Settings,
     spec: BaseSpec,
     run: _Run,
     path: Path,
+    root: Path,
     rel: str,
     known: tuple[int, str] | None,
     budget_s: float | None = None,
@@ -371,19 +400,23 @@ def _read_file(
     """
     shown = display_path(str(path))
     try:
-        info = path.stat()
-        if not path.is_file():  # a FIFO or device named .txt would block the hash below
-            raise UnreadableDocument(f"{shown}: not a regular file")
-        size = info.st_size
-        if size > spec.max_file_bytes:
-            raise UnreadableDocument(f"{shown}: {size:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
-        file_hash, size = sources.hash_file(path)
-        content_hash = versioned_hash(file_hash, kind_of(path))  # a newer reader reads the file again
-        if known is not None and known[1] == content_hash and not retokenize:
-            run.counts["unchanged"] += 1
-            return None
-        with time_budget(budget_s, str(path)):
-            document = read_document(path, max_bytes=spec.max_file_bytes)
+        with time_budget(budget_s, str(path), per_mb_s=settings.file_time_per_mb_s,
+                         per_page_s=settings.file_time_per_page_s):
+            # One read of the bytes, then hashed and parsed: a file replaced meanwhile cannot store
+            # one version's hash with the other's text. Opened without blocking or following a link
+            # swapped in since the listing, and only if it is a regular file (readers.files).
+            left = budget_left()
+            data = read_file_once(str(sources.final_target(path, root)), max_bytes=spec.max_file_bytes,
+                                  timeout_s=None if left is None else max(left, 2.0),
+                                  too_large=lambda n: f"{n:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
+            size = len(data)
+            content_hash = versioned_hash(hashlib.sha256(data).hexdigest(), kind_of(path))
+            if known is not None and known[1] == content_hash and not retokenize:
+                run.counts["unchanged"] += 1
+                return None
+            document = read_document(path, max_bytes=spec.max_file_bytes, data=data,
+                                     max_title_chars=settings.title_max_chars)
+            del data
             chunks = chunk_document(document, chunk_size=spec.chunk_size)
     except (psycopg.Error, DatabaseUnavailable):
         raise
@@ -400,7 +433,7 @@ def _read_file(
     reuse = {}
     if known:
         with pool.connection() as conn:
-            rows = storage.reusable_vectors(conn, known[0], spec.fingerprint)
+            rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
         reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
     return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
@@ -486,7 +519,8 @@ def embed_own(pool: db.Pool, settings: Settings, base: storage.BaseRow, embedder
     if embedder is not None:
         try:
             vectors.embed_batches(pool, base.base_id, base.base_spec.fingerprint, embedder,
-                                  batch=settings.embed_batch_chunks, document_id=document_id)
+                                  batch=settings.embed_batch_chunks, max_chars=settings.embed_max_chars,
+                                  document_id=document_id)
             return
         except EmbeddingModelUnavailable:
             pass

@@ -8,7 +8,6 @@ files would be indexed twice.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -18,10 +17,10 @@ from pathlib import Path
 import psycopg
 
 from .. import storage
-from ..errors import InvalidInput
+from ..errors import InvalidInput, UnreadableDocument
 from ..readers import display_path, kind_of
 
-__all__ = ["SourcePlan", "walk_source", "hash_file", "plan_source", "refuse_nested_sources", "refuse_reserved_names"]
+__all__ = ["SourcePlan", "walk_source", "final_target", "plan_source", "refuse_nested_sources", "refuse_reserved_names"]
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +128,26 @@ def _link_refusal(root: Path, path: Path, entry: os.DirEntry) -> str | None:
     return None
 
 
-def hash_file(path: Path) -> tuple[str, int]:
-    """Return the SHA-256 (hex) of a file and its size in bytes, read 1 MiB at a time."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
+def final_target(path: Path, root: Path) -> Path:
+    """Return the file to open for `path`: itself, or, for a symbolic link, its target checked
+    again to lie inside `root` (a link replaced since the listing could point anywhere).
+
+    The target is then opened without following links (:func:`metis_pg.readers.read_file_once`):
+    a file swapped for a link after this check is refused there.
+
+    Raises:
+        UnreadableDocument: a link loop, a dangling link, or a link leaving `root`.
+    """
+    if not os.path.islink(path):
+        return path
+    shown = display_path(str(path))
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # ELOOP (RuntimeError before Python 3.13), dangling
+        raise UnreadableDocument(f"{shown}: symbolic link loop or dangling link: not followed") from exc
+    if not target.is_relative_to(root):
+        raise UnreadableDocument(f"{shown}: symbolic link leaving {display_path(str(root))}: not followed")
+    return target
 
 
 def refuse_nested_sources(conn: psycopg.Connection, base: storage.BaseRow, plans: Sequence[SourcePlan]) -> None:

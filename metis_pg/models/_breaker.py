@@ -83,7 +83,9 @@ class CircuitBreaker:
         """Return ``fn()`` if the breaker lets the call through, recording how it went.
 
         A :class:`~metis_pg.errors.ModelUnavailable` raised by ``fn`` counts as
-        a failure and is re-raised; any other exception passes through without
+        a failure and is re-raised (one for a refusal, an HTTP 4xx but 408 and 429, counts as
+        an answer: the model is up, and bisecting a batch down to the text it refuses must
+        not open the breaker); any other exception passes through without
         counting either way.
 
         Raises:
@@ -94,7 +96,10 @@ class CircuitBreaker:
         try:
             result = fn()
         except ModelUnavailable as exc:
-            self._failed(exc, trial)
+            if _refused(exc):  # the model answered (HTTP 4xx): it is up, the request was wrong
+                self._succeeded()
+            else:
+                self._failed(exc, trial)
             raise
         except BaseException:
             if trial:
@@ -137,3 +142,9 @@ class CircuitBreaker:
             self._last = ""
             self._open_until = None
             self._trial = False
+
+
+def _refused(exc: BaseException) -> bool:
+    """True when `exc` says the model answered with an HTTP 4xx but 408 and 429 (a refusal, not an outage)."""
+    status = getattr(exc.__cause__, "status", None)
+    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)

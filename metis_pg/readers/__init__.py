@@ -16,23 +16,26 @@ from __future__ import annotations
 
 import importlib
 import os
-import stat
 from pathlib import Path
 
+from ..errors import UnreadableDocument
 from ._common import (
     TimeBudgetExceeded,
     check_time_budget,
+    budget_left,
+    grant_for,
     clean_text,
     display_path,
     time_budget,
     unreadable,
 )
 from .document import Document, Section
+from .files import read_file_once
 from .text import read_text_file
 
 __all__ = [
-    "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document",
-    "clean_text", "display_path", "kind_of", "read_document", "read_text_file", "time_budget", "versioned_hash",
+    "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "grant_for",
+    "clean_text", "display_path", "kind_of", "read_document", "read_file_once", "read_text_file", "time_budget", "versioned_hash",
 ]
 
 #: File extension (lower case) → document kind.
@@ -72,50 +75,72 @@ def versioned_hash(sha256_hex: str, kind: str | None) -> str:
     return sha256_hex if version == 1 else f"{sha256_hex}:reader{version}"
 
 
-def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000) -> Document:
+#: Characters kept of a title and of each heading by default (``METIS_TITLE_MAX_CHARS``).
+MAX_TITLE_CHARS = 300
+
+
+def read_document(path: str | os.PathLike, *, max_bytes: int = 20_000_000, data: bytes | None = None,
+                  max_title_chars: int = MAX_TITLE_CHARS) -> Document:
     """Return the file at ``path`` read into a Document.
 
     Args:
-        path: the file; kept as given in ``Document.path``.
+        path: the file; kept as given in ``Document.path``. A symbolic link is followed
+            to its target, which is then opened without following links (:func:`read_file_once`).
         max_bytes: larger files are refused (bytes).
+        data: the file's bytes, already read (the indexer hashes and parses the same bytes);
+            None: read them here, once, within the time budget left (:func:`read_file_once`).
+        max_title_chars: characters kept of the title and of each heading (cut at a word, with
+            an ellipsis): they prefix every chunk's embedding text, so a PDF's /Info title of
+            100 kB would make every chunk's text too long for the model.
 
     Raises:
-        UnreadableDocument: unknown extension, missing or unopenable file, empty
-            file, file over ``max_bytes``, or a reader's refusal (binary text,
-            truncated / encrypted / text-less PDF, broken .docx or zip bomb).
-            The message names the file and the reason.
+        UnreadableDocument: unknown extension, missing or unopenable file, not a regular
+            file (a FIFO, a device), empty file, file over ``max_bytes``, a read that did
+            not finish within the budget, or a reader's refusal (binary text, truncated /
+            encrypted / text-less PDF, broken .docx or zip bomb). The message names the
+            file and the reason.
     """
     name = os.fspath(path)
     kind = kind_of(name)
     if kind is None:
         raise unreadable(name, f"unknown kind {Path(name).suffix or '(no extension)'!r} (reads {', '.join(KINDS)})")
-    try:
-        info = os.stat(name)
-        if not stat.S_ISREG(info.st_mode):
-            raise unreadable(name, "not a regular file")
-        if info.st_size > max_bytes:
-            raise unreadable(name, f"file too large: {info.st_size} bytes, over the {max_bytes}-byte limit")
-        with open(name, "rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as exc:
-        raise unreadable(name, f"cannot open: {exc.strerror or exc}") from exc
+    if data is None:
+        target = os.path.realpath(name) if os.path.islink(name) else name
+        try:
+            left = budget_left()  # a read blocked in the kernel is given up with the budget (2 s at least)
+            data = read_file_once(target, max_bytes=max_bytes, timeout_s=None if left is None else max(left, 2.0))
+        except UnreadableDocument as exc:
+            raise UnreadableDocument(exc.message.replace(display_path(target), display_path(name), 1)) from exc
     if not data:
         raise unreadable(name, "empty file")
     if len(data) > max_bytes:
-        raise unreadable(name, f"file too large: over the {max_bytes}-byte limit")
+        raise unreadable(name, f"file too large: {len(data)} bytes, over the {max_bytes}-byte limit")
+    grant_for(size_bytes=len(data))  # the time budget scales with the file's size (time_budget)
     reader = importlib.import_module(f".{_READERS[kind]}", __name__)
-    return clean_document(reader.read(name, data))
+    return clean_document(reader.read(name, data), max_title_chars=max_title_chars)
 
 
-def clean_document(doc: Document) -> Document:
+def _cut(text: str, limit: int | None) -> str:
+    """`text` cut to at most `limit` characters, at a word when one ends in its last fifth, with "…"."""
+    if limit is None or len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space > limit * 4 // 5:
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+def clean_document(doc: Document, *, max_title_chars: int | None = None) -> Document:
     """Return ``doc`` with every NUL and surrogate in its strings replaced by U+FFFD (see :func:`clean_text`).
 
     ``path`` stays as given; sections stay slices of ``text`` (the replacement is one character for one).
-    In the title and headings, which no offset points into, a NUL is dropped instead.
+    In the title and headings, which no offset points into, a NUL is dropped instead, and each is
+    cut to `max_title_chars` (None: kept whole).
     """
 
     def label(text: str) -> str:
-        return clean_text(text.replace("\x00", ""))
+        return _cut(clean_text(text.replace("\x00", "")), max_title_chars)
 
     sections = tuple(
         Section(tuple(label(h) for h in s.headings), clean_text(s.text), s.page, s.line, s.char_start,

@@ -40,7 +40,9 @@ from contextlib import contextmanager
 
 from pypdf import PdfReader
 
-from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, first_line_title, unreadable
+from ._common import (
+    HeadingPath, TextBuilder, check_time_budget, collapse, file_title, first_line_title, grant_for, unreadable,
+)
 from .document import Document
 
 __all__ = ["read"]
@@ -220,6 +222,7 @@ def read(path: str, data: bytes) -> Document:
         raise unreadable(path, f"corrupt PDF: pages not readable ({_why(exc)})") from exc
     if not pages:
         raise unreadable(path, "PDF without pages")
+    grant_for(pages=len(pages))  # a 10,000-page PDF gets the time its pages need (time_budget)
     outline = _outline(reader)
     headings = HeadingPath()
     texts: list[str | None] = []  # None: extraction failed (said in `failed`)

@@ -55,6 +55,7 @@ from ..errors import (
 from .console import mount_console
 from .errors import error_response, validation_message
 from .gate import Gate
+from .hosts import parse_allowed_hosts
 from .jobs import Jobs
 from .model_urls import check_key_env, check_model_url, parse_allow_hosts, parse_key_envs
 from .schemas import (
@@ -98,6 +99,9 @@ def create_app(
     keep_alive_timeout_s: float | None = None,
     max_connections: int | None = None,
     model_url_allow_hosts: str | Sequence[str] | None = None,
+    allowed_hosts: str | Sequence[str] | None = None,
+    search_workers: int | None = None,
+    search_queue_s: float | None = None,
     settings: Settings | None = None,
 ) -> FastAPI:
     """Return the metis HTTP app (SPEC F19) serving `metis`.
@@ -116,6 +120,10 @@ def create_app(
         model_url_allow_hosts: ``host[:port]`` items whose model URLs ``POST /bases`` may
             name (:mod:`~metis_pg.service.model_urls`); None takes `settings`' value
             (``METIS_MODEL_URL_ALLOW_HOSTS``, default none).
+        allowed_hosts: ``host[:port]`` items the token-less service answers to besides
+            loopback (:mod:`~metis_pg.service.hosts`); None takes ``METIS_ALLOWED_HOSTS``.
+        search_workers, search_queue_s: searches computed at the same moment, and the seconds an
+            admitted one may wait for its turn (then 503); None takes `settings`' value.
         settings: process settings (default :meth:`Settings.from_env`).
 
     Raises:
@@ -127,8 +135,9 @@ def create_app(
     limits = Limits.resolve(
         settings, max_body_bytes=max_body_bytes, max_inflight_searches=max_inflight_searches,
         request_read_timeout_s=request_read_timeout_s, keep_alive_timeout_s=keep_alive_timeout_s,
-        max_connections=max_connections,
+        max_connections=max_connections, search_workers=search_workers, search_queue_s=search_queue_s,
     )
+    hosts = parse_allowed_hosts(settings.allowed_hosts if allowed_hosts is None else allowed_hosts)
     allowed_model_hosts = parse_allow_hosts(
         settings.model_url_allow_hosts if model_url_allow_hosts is None else model_url_allow_hosts
     )
@@ -157,7 +166,7 @@ def create_app(
     app.state.jobs = jobs
     app.state.limits = limits
     app.state.source_roots = roots
-    app.add_middleware(Gate, tokens=token_list, limits=limits)
+    app.add_middleware(Gate, tokens=token_list, limits=limits, allowed_hosts=hosts)
 
     @app.exception_handler(MetisError)
     async def _metis_error(request: Request, exc: MetisError) -> JSONResponse:
@@ -189,6 +198,14 @@ def create_app(
         try:
             with db.pool.connection(timeout=5) as conn:
                 conn.execute("SELECT 1")
+        except DatabaseUnavailable as exc:
+            # The primary down: with a healthy read replica the service still answers reads
+            # (docs/scaling.md), so it is degraded, not down.
+            statuses = db.replica_status()
+            if not any(r.status == "ok" for r in statuses):
+                raise
+            return {"status": "degraded", "database": f"unavailable: {exc.message}", "version": __version__,
+                    "replicas": [r.to_dict() for r in statuses]}
         except MetisError:
             raise
         except Exception as exc:

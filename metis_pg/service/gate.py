@@ -2,6 +2,9 @@
 
 In order:
 
+0. without tokens: the ``Host`` (421 ``HOST_NOT_ALLOWED``) and, for a request that
+   changes something, the ``Origin`` (403 ``ORIGIN_NOT_ALLOWED``) must be loopback or
+   ``METIS_ALLOWED_HOSTS`` (DNS rebinding, CSRF: :mod:`metis_pg.service.hosts`);
 1. bearer token (401 ``UNAUTHORIZED``), from the headers;
 2. body size (413 ``REQUEST_TOO_LARGE``): refused at once when its
    ``Content-Length`` is too large, else read up to the limit (chunked bodies
@@ -9,8 +12,11 @@ In order:
 3. body time (408 ``REQUEST_TIMEOUT``, connection closed): the whole body must
    arrive within ``request_read_timeout_s`` of its first read, however it trickles;
 4. overload (503 ``OVERLOADED``, ``Retry-After: 1``): ``POST /search`` and
-   ``/compare`` beyond ``max_inflight_searches`` computed at once are refused
-   at once, never queued.
+   ``/compare`` beyond ``max_inflight_searches`` admitted at once are refused
+   at once; of those admitted, ``search_workers`` are computed at the same moment
+   and the others wait their turn in order, at most ``search_queue_s`` seconds: one
+   that would wait longer is answered 503 ``OVERLOADED`` then (queue deadline), so
+   an answer given never waited more than that for its turn.
 
 Everything is decided before the app parses anything. The headers' own
 deadline is kept by the HTTP protocol (:mod:`metis_pg.service.server`), as the
@@ -26,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,13 +40,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
     BodyTooLarge,
+    HostNotAllowed,
     InvalidInput,
+    OriginNotAllowed,
     Overloaded,
     RequestTimeout,
     RequestTooLarge,
     Unauthorized,
 )
 from .errors import error_response
+from .hosts import STATE_CHANGING_METHODS, host_allowed, origin_allowed
 from . import swagger
 from .settings import Limits
 
@@ -91,19 +101,29 @@ class Gate:
         inflight: bounded requests (:data:`BOUNDED_PATHS`) being computed now.
     """
 
-    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits, doors: Doors = SERVICE_DOORS) -> None:
+    def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits, doors: Doors = SERVICE_DOORS,
+                 allowed_hosts: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.tokens = tuple(t.encode("utf-8") for t in tokens)
         self.limits = limits
         self.doors = doors
+        self.allowed_hosts = allowed_hosts
         self.max_body_bytes = limits.max_body_bytes
-        self.inflight = 0  # only touched on the event loop: no lock
+        # Only touched on the event loop: no lock.
+        self.inflight = 0  # admitted: computing or waiting their turn
+        self.running = 0  # computing (at most limits.search_workers)
+        self.waiting: deque[asyncio.Future[bool]] = deque()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope["path"]
+        if not self.tokens:
+            refused = self._foreign(scope)
+            if refused is not None:
+                await error_response(refused)(scope, receive, send)
+                return
         is_open = path in self.doors.open_paths or path.startswith(self.doors.open_prefixes)
         if self.tokens and not is_open and not self._authorized(scope):
             await error_response(Unauthorized("a valid bearer token is required: Authorization: Bearer <token>"))(
@@ -157,9 +177,65 @@ class Gate:
             return
         self.inflight += 1
         try:
-            await self.app(scope, replay, send)
+            if not await self._turn(loop.time() + self.limits.search_queue_s):
+                late = Overloaded(
+                    f"the search waited {self.limits.search_queue_s:g} s for its turn (METIS_SEARCH_QUEUE_S) "
+                    f"behind {self.running} searches being computed: retry in a second"
+                )
+                await error_response(late)(scope, receive, send)
+                return
+            try:
+                await self.app(scope, replay, send)
+            finally:
+                self._next()
         finally:
             self.inflight -= 1
+
+    async def _turn(self, deadline: float) -> bool:
+        """Wait for one of the ``search_workers`` turns until `deadline` (loop time); False when too late."""
+        if self.running < self.limits.search_workers and not self.waiting:
+            self.running += 1
+            return True
+        loop = asyncio.get_running_loop()
+        turn: asyncio.Future[bool] = loop.create_future()
+        self.waiting.append(turn)
+        timer = loop.call_at(deadline, lambda: turn.done() or turn.set_result(False))
+        try:
+            given = await turn
+        except asyncio.CancelledError:  # the client went away
+            if turn.done() and not turn.cancelled() and turn.result():
+                self._next()  # the turn handed to it goes to the next one
+            raise
+        finally:
+            timer.cancel()
+        if not given and turn in self.waiting:  # _next drops the turns that are too late as it meets them
+            self.waiting.remove(turn)
+        return given
+
+    def _next(self) -> None:
+        """A search is done: hand its turn to the oldest one still waiting, or free it."""
+        while self.waiting:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                turn.set_result(True)
+                return
+        self.running -= 1
+
+    def _foreign(self, scope: Scope) -> HostNotAllowed | OriginNotAllowed | None:
+        """Without tokens: the refusal of a request whose Host or (changing something) Origin is foreign."""
+        host = header(scope, b"host")
+        if not host_allowed(host, self.allowed_hosts):
+            return HostNotAllowed(
+                f"this service answers only to loopback host names and METIS_ALLOWED_HOSTS, not Host {host!r} "
+                "(without tokens; a page reaching it through DNS rebinding is refused)"
+            )
+        origin = header(scope, b"origin")
+        if scope["method"] in STATE_CHANGING_METHODS and not origin_allowed(origin, self.allowed_hosts):
+            return OriginNotAllowed(
+                f"a {scope['method']} from a page of {origin!r} is refused: without tokens only pages of loopback "
+                "hosts and METIS_ALLOWED_HOSTS may change anything (cross-site request)"
+            )
+        return None
 
     def _too_large(self, length: int | None) -> RequestTooLarge:
         size = f"{length} bytes" if length is not None else "more"

@@ -40,6 +40,7 @@ from ..config import Settings
 from ..errors import ConfigError, MetisError, Overloaded, RequestTimeout
 from .app import create_app
 from .errors import error_headers
+from .logs import RedactCredentials
 from .settings import Limits, check_bind, is_loopback, parse_tokens
 
 __all__ = ["serve", "running", "uvicorn_config", "service_log_config", "GuardedH11Protocol"]
@@ -139,6 +140,9 @@ def uvicorn_config(app: FastAPI, *, logging_config: dict[str, Any] | None = None
     `options` are further ``uvicorn.Config`` arguments (host, port, log_level, ...).
     """
     limits: Limits = app.state.limits
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactCredentials) for f in access.filters):
+        access.addFilter(RedactCredentials())  # no token given in a URL reaches the access log
     protocol = type("MetisH11Protocol", (GuardedH11Protocol,), {
         "header_timeout_s": limits.request_read_timeout_s,
         "max_connections": limits.max_connections,

@@ -37,7 +37,8 @@ MIN_TOKEN_CHARS = 16
 #: The fields of :class:`~metis_pg.config.Settings` the service reads.
 SERVICE_FIELDS = (
     "api_tokens", "source_roots", "max_body_bytes", "max_inflight_searches", "request_read_timeout_s",
-    "keep_alive_timeout_s", "max_connections", "model_url_allow_hosts", "model_key_envs",
+    "keep_alive_timeout_s", "max_connections", "model_url_allow_hosts", "model_key_envs", "allowed_hosts",
+    "search_queue_s", "search_workers",
 )
 #: (environment variable, default, help): every setting of the service, documented in docs/http.md.
 SETTINGS: tuple[tuple[str, str, str], ...] = tuple(
@@ -59,6 +60,9 @@ class Limits:
             else 408 ``REQUEST_TIMEOUT`` and the connection is closed.
         keep_alive_timeout_s: seconds an idle keep-alive connection stays open.
         max_connections: open connections at most; one more is answered 503 and closed.
+        search_workers: admitted searches computed at the same moment; the others wait their turn.
+        search_queue_s: seconds an admitted search may wait for its turn; then 503 ``OVERLOADED``
+            with ``Retry-After``.
     """
 
     max_body_bytes: int
@@ -66,6 +70,8 @@ class Limits:
     request_read_timeout_s: float
     keep_alive_timeout_s: float
     max_connections: int
+    search_workers: int = 4
+    search_queue_s: float = 1.0
 
     @classmethod
     def resolve(cls, settings: Settings | None = None, **given: float | None) -> "Limits":

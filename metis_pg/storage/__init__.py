@@ -43,6 +43,7 @@ from .postings import BLOCK_CHUNKS, encode_blocks
 from .vectors import (
     chunks_without_vector,
     count_chunks_without_vector,
+    document_paths,
     delete_other_vectors,
     reusable_vectors,
     switch_embedding,
@@ -55,7 +56,7 @@ __all__ = [
     "base_not_found", "mark_tokenized", "ensure_source", "folder_sources",
     "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
     "encode_blocks",
-    "chunks_without_vector", "count_chunks_without_vector", "write_vectors", "reusable_vectors",
+    "chunks_without_vector", "count_chunks_without_vector", "document_paths", "write_vectors", "reusable_vectors",
     "switch_embedding", "delete_other_vectors",
     "indexer_session", "lock_base",
     "count_search", "record_search",

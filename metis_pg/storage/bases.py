@@ -103,13 +103,22 @@ def base_not_found(conn: psycopg.Connection, name: object) -> BaseNotFound:
 def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:
     """Return every base (or the one called `name`) with document and chunk counts."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
+        rows = cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
+    if not rows:
+        return rows
+    # Counted apart (bases/counts.sql): on Citus bases/list.sql must run on the coordinator.
+    counts = {r[0]: r[1:] for r in conn.execute(sqlfiles.load("bases/counts"),
+                                                 {"base_ids": [r["base_id"] for r in rows]})}
+    return [{**r, "documents": counts[r["base_id"]][0], "chunks": counts[r["base_id"]][1]} for r in rows]
 
 
 def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:
     """Return name, status, last_indexed_at, chunks, sources, source_names, chunks_without_vector (if waiting) per base."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}).fetchall()
+        rows = cur.execute(sqlfiles.load("bases/health"), {"base_ids": list(base_ids)}).fetchall()
+    # Counted apart (bases/chunk_counts.sql): on Citus bases/health.sql must run on the coordinator.
+    chunks = dict(conn.execute(sqlfiles.load("bases/chunk_counts"), {"base_ids": list(base_ids)}).fetchall())
+    return [{**r, "chunks": chunks.get(r["base_id"], 0)} for r in rows]
 
 
 def drop_base(conn: psycopg.Connection, name: str) -> None:
@@ -144,7 +153,9 @@ def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[
 
 def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:
     """Set a base's status (``ready``, ``indexing``, ``waiting``); `indexed` stamps last_indexed_at."""
-    conn.execute(sqlfiles.load("bases/set_status"), {"base_id": base_id, "status": status, "indexed": indexed})
+    conn.execute(sqlfiles.load("bases/set_status"), {"base_id": base_id, "status": status})
+    if indexed:  # apart, not a CASE around now(): Citus refuses that in a write to a reference table
+        conn.execute(sqlfiles.load("bases/set_indexed_at"), {"base_id": base_id})
 
 
 def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str | None, *,

@@ -91,10 +91,12 @@ def document_hashes(conn: psycopg.Connection, source_id: int) -> dict[str, tuple
 
 def _delete_document_rows(conn: psycopg.Connection, base_id: int, document_id: int) -> None:
     totals = conn.execute(
-        "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE document_id = %s", (document_id,)
+        "SELECT count(*), coalesce(sum(term_count), 0) FROM chunks WHERE base_id = %s AND document_id = %s",
+        (base_id, document_id),
     ).fetchone()
     conn.execute(sqlfiles.load("storage/bm25_remove_document"), {"base_id": base_id, "document_id": document_id})
-    conn.execute("DELETE FROM documents WHERE document_id = %s", (document_id,))  # chunks, vectors cascade
+    conn.execute("DELETE FROM documents WHERE base_id = %s AND document_id = %s",  # chunks, vectors cascade
+                 (base_id, document_id))
     add_totals(conn, base_id, -totals[0], -int(totals[1]))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import psycopg
@@ -124,13 +125,19 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
         return
     encoded = encode_blocks(chunks)
     if encoded.rows:
+        def statistics(terms: list[str]) -> dict[str, Any]:
+            return {"base_id": base_id, "terms": "\n".join(terms),
+                    "dfs": _int_array([encoded.document_frequency[t] for t in terms]),
+                    "max_tfs": _int_array([encoded.max_tf[t] for t in terms]),
+                    "min_lengths": _int_array([encoded.min_length[t] for t in terms])}
+
+        # The terms the base has (updated), then the others (inserted): two statements, as Citus
+        # plans no INSERT ... SELECT with a correlated subquery beside a data-modifying CTE.
         terms = list(encoded.document_frequency)
-        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), {
-            "base_id": base_id, "terms": "\n".join(terms),
-            "dfs": _int_array([encoded.document_frequency[t] for t in terms]),
-            "max_tfs": _int_array([encoded.max_tf[t] for t in terms]),
-            "min_lengths": _int_array([encoded.min_length[t] for t in terms]),
-        }).fetchall())
+        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), statistics(terms)).fetchall())
+        new_terms = [t for t in terms if t not in term_ids]
+        if new_terms:
+            term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
         # In primary-key order (term, block, tier): each term's new rows land next to each other in
         # the index. COPY in text, formatted here: psycopg formats lists in Python, row by row.
         ordered = sorted(((term_ids[term], block, tier, row) for (term, tier, block), row in encoded.rows.items()),

@@ -51,15 +51,20 @@ def halfvec_binary(vector: Any) -> bytes:
 
 
 def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, limit: int,
-                          document_id: int | None = None) -> list[tuple]:
+                          document_id: int | None = None, after: int = 0) -> list[tuple]:
     """Return up to `limit` rows ``(chunk_id, document_id, title, headings, text)`` lacking a `model` vector.
 
-    Oldest first; `document_id` keeps that document's chunks only.
+    Oldest first, chunk ids above `after` only; `document_id` keeps that document's chunks only.
     """
     return conn.execute(
         sqlfiles.load("storage/chunks_without_vector"),
-        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id},
+        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id, "after": after},
     ).fetchall()
+
+
+def document_paths(conn: psycopg.Connection, document_ids: Sequence[int]) -> dict[int, str]:
+    """Return ``{document_id: path}`` of the documents of `document_ids` (those that still exist)."""
+    return dict(conn.execute(sqlfiles.load("storage/document_paths"), {"document_ids": list(document_ids)}).fetchall())
 
 
 def count_chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str) -> int:
@@ -75,16 +80,18 @@ def write_vectors(conn: psycopg.Connection, base_id: int, model: str, rows: Sequ
     with conn.transaction():
         lock_base(conn, base_id)
         live = {
-            r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE chunk_id = ANY(%s)", ([r[0] for r in rows],))
+            r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE base_id = %s AND chunk_id = ANY(%s)",
+                                       (base_id, [r[0] for r in rows]))
         }
         with conn.cursor() as cur:
             copy_vectors(cur, base_id, model, [r for r in rows if r[0] in live])
 
 
-def reusable_vectors(conn: psycopg.Connection, document_id: int, model: str) -> list[tuple[str, list[str], str, Any]]:
+def reusable_vectors(conn: psycopg.Connection, base_id: int, document_id: int, model: str
+                     ) -> list[tuple[str, list[str], str, Any]]:
     """Return ``(title, headings, text, vector)`` of a document's current chunks that have a `model` vector."""
     return conn.execute(
-        sqlfiles.load("storage/reusable_vectors"), {"document_id": document_id, "model": model}
+        sqlfiles.load("storage/reusable_vectors"), {"base_id": base_id, "document_id": document_id, "model": model}
     ).fetchall()
 
 

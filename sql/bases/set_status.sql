@@ -1,7 +1,5 @@
--- Set a base's status; a finished run also stamps last_indexed_at (SPEC F3).
--- Parameters: %(base_id)s int, %(status)s text (ready, indexing or waiting),
---             %(indexed)s boolean (true: the run finished now).
+-- Set a base's status (SPEC F3); a finished run then stamps last_indexed_at (bases/set_indexed_at.sql).
+-- Parameters: %(base_id)s int, %(status)s text (ready, indexing or waiting).
 UPDATE bases
-SET status = %(status)s,
-    last_indexed_at = CASE WHEN %(indexed)s::boolean THEN now() ELSE last_indexed_at END
+SET status = %(status)s
 WHERE base_id = %(base_id)s

@@ -6,7 +6,8 @@
 -- shards of the same number, on the same worker):
 --   documents, chunks, embeddings, posting_blocks, block_lengths, bm25_terms, bm25_totals, facts,
 --   search_counts
--- Local to the coordinator: alembic_version (the migrations' bookkeeping).
+-- Local to the coordinator: alembic_version (the migrations' bookkeeping), analyst_limits (read by
+-- the login trigger of the coordinator, migration 0014).
 --
 -- A table a later migration adds stays a local table on the coordinator until it is listed here
 -- (the posting blocks of migration 0011 are).
@@ -14,6 +15,9 @@
 -- Run with psql -v ON_ERROR_STOP=1 on the coordinator; each call runs in its own transaction
 -- (\gexec). Idempotent: a table distributed already is skipped.
 SET citus.multi_shard_modify_mode TO 'sequential';
+-- Without this, making bases a reference table first turns every table with a foreign key to it
+-- into a Citus local table (partmethod 'n', colocation 0), which cannot then be distributed.
+SET citus.enable_local_reference_table_foreign_keys TO off;
 
 SELECT format('SELECT create_reference_table(%L)', t)
 FROM unnest(ARRAY['bases', 'sources']) WITH ORDINALITY AS x (t, n)
@@ -28,6 +32,12 @@ FROM unnest(ARRAY['documents', 'chunks', 'embeddings', 'posting_blocks', 'block_
 WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = t::regclass)
 ORDER BY n
 \gexec
+
+-- The keyword leg's function plans its statement once per session on one node (a generic plan);
+-- Citus cannot plan that statement with parameters ("could not create distributed plan"): on
+-- Citus it is planned for each call, with its values, which makes one base's call a router query.
+ALTER FUNCTION bm25_top_k(int[], text[], float8[], float8, float8, int, bigint[])
+    SET plan_cache_mode = force_custom_plan;
 
 SELECT logicalrelid::text AS table_name,
        CASE partmethod WHEN 'n' THEN 'reference' ELSE 'distributed by base_id' END AS how,

@@ -45,8 +45,10 @@ BEGIN
     ALTER TABLE facts ADD CONSTRAINT pk_facts PRIMARY KEY (base_id, document_id);
     ALTER TABLE facts ADD CONSTRAINT facts_document_fkey FOREIGN KEY (base_id, document_id)
         REFERENCES documents (base_id, document_id) ON DELETE CASCADE;
-    -- SET NULL of superseded_by only (PostgreSQL 15+): base_id, part of the key, stays.
+    -- No ON DELETE action: Citus refuses SET NULL on a foreign key holding the distribution
+    -- column, and since migration 0013 no shape of the schema has it (a fact that replaced
+    -- another is only deleted with its base, in the statement that deletes the other too).
     ALTER TABLE facts ADD CONSTRAINT facts_superseded_by_fkey FOREIGN KEY (base_id, superseded_by)
-        REFERENCES documents (base_id, document_id) ON DELETE SET NULL (superseded_by);
+        REFERENCES documents (base_id, document_id);
 END
 $keys$;

@@ -5,7 +5,7 @@
 -- Returns: document_id, source, path, title, kind, size_bytes, indexed_at, chunks.
 -- The chunk count reads the index uq_chunks_document_ordinal (document_id, ordinal).
 SELECT d.document_id, s.name AS source, d.path, d.title, d.kind, d.size_bytes, d.indexed_at,
-       (SELECT count(*) FROM chunks AS c WHERE c.document_id = d.document_id) AS chunks
+       (SELECT count(*) FROM chunks AS c WHERE c.base_id = %(base_id)s AND c.document_id = d.document_id) AS chunks
 FROM documents AS d
 JOIN sources AS s ON s.source_id = d.source_id
 WHERE d.base_id = %(base_id)s

@@ -1,30 +1,27 @@
--- The keyword leg of sql/search/hybrid.sql, version 3 (issue 20): bm25_top_k.v2.sql with two
--- chunk filters, for the question's quoted phrases and excluded words, and bm25_chunk_scores,
--- the exact BM25 of given chunks (the complete scores of the fused candidates). Created by
--- migration 0013; v2's function (7 arguments) stays. Released files are never edited: a change is
--- a v4 file and a migration.
+-- The keyword leg of sql/search/hybrid.sql: exact top-k BM25 over posting blocks (SPEC F6), as a
+-- PL/pgSQL function so that its statement is planned once per session (a generic plan), not at
+-- every search. Version 3 (migration 0013) of bm25_top_k.v2.sql (migration 0012): the same
+-- statement with every read of a distributed table filtered by base_id = ANY(p_base_ids) itself,
+-- not only joined to a row that is: Citus routes a statement to one worker (a router query) only
+-- when each table of it names the shard's base (docs/scaling.md). On one node the plan is the same.
+-- Released files are never edited: a change is a bm25_top_k.v4.sql and a migration.
 --
--- bm25_top_k arguments:
+-- Arguments:
 --   p_base_ids        int[]     bases searched; each keeps its own statistics
 --   p_terms           text[]    the question's distinct BM25 terms
 --   p_term_weights    float8[]  parallel to p_terms, multiplies each term's contribution; NULL = all 1
 --   p_k1, p_b         float8    BM25 parameters (SPEC: 1.2, 0.75)
 --   p_leg_limit       int       rows returned
 --   p_documents       bigint[]  the documents the filters keep; NULL = no filter
---   p_only_chunks     bigint[]  only these chunks may be ranked (the chunks holding the question's
---                               quoted phrases); NULL = no such filter
---   p_drop_chunks     bigint[]  these chunks are never ranked (the chunks holding an excluded
---                               word); NULL = none
--- Returns: chunk_id, score — the p_leg_limit best chunks the filters keep, best first (ties by
--- chunk_id); a score is the sum of its terms' contributions each rounded to 1e-12, added as
--- integers (exactly, in any order), so that equal scores tie. The filters only remove chunks:
--- every bound of the pruning still holds, and the top is exact.
+-- Returns: chunk_id, score — the p_leg_limit best chunks, best first (ties by chunk_id); a score is
+-- the sum of its terms' contributions each rounded to 1e-12, added as integers (exactly, in any
+-- order), so that equal scores tie.
 --
 -- Formula: BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
 -- ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length per base.
 CREATE OR REPLACE FUNCTION bm25_top_k(
     p_base_ids int[], p_terms text[], p_term_weights float8[], p_k1 float8, p_b float8, p_leg_limit int,
-    p_documents bigint[], p_only_chunks bigint[], p_drop_chunks bigint[]
+    p_documents bigint[]
 ) RETURNS TABLE (chunk_id bigint, score float8)
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 SET plan_cache_mode = force_generic_plan
@@ -54,7 +51,7 @@ query_terms AS MATERIALIZED (
                ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
                greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
         FROM bm25_terms AS bt
-        JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
+        JOIN bm25_totals AS tot ON tot.base_id = ANY(p_base_ids) AND tot.base_id = bt.base_id
         LEFT JOIN unnest(p_terms, p_term_weights) AS qt(term, weight)
           ON qt.term = bt.term
         WHERE bt.base_id = ANY(p_base_ids)
@@ -68,18 +65,6 @@ allowed_chunks AS MATERIALIZED (
     WHERE NOT (p_documents IS NULL)
       AND c.base_id = ANY(p_base_ids)
       AND c.document_id IN (SELECT unnest(p_documents))
-      AND (p_only_chunks IS NULL OR c.chunk_id IN (SELECT unnest(p_only_chunks)))
-    UNION ALL
-    -- Only a phrase's chunks (no document filter): those, from the primary key.
-    SELECT c.chunk_id
-    FROM chunks AS c
-    WHERE p_documents IS NULL AND NOT (p_only_chunks IS NULL)
-      AND c.base_id = ANY(p_base_ids)
-      AND c.chunk_id IN (SELECT unnest(p_only_chunks))
-),
--- The chunks holding an excluded word (a hashed NOT IN below, whatever their number).
-dropped_chunks AS MATERIALIZED (
-    SELECT DISTINCT d.chunk_id FROM unnest(p_drop_chunks) AS d(chunk_id)
 ),
 allowed_blocks AS MATERIALIZED (
     SELECT DISTINCT (chunk_id / 256)::int AS block_no FROM allowed_chunks
@@ -109,14 +94,13 @@ rare_scores AS MATERIALIZED (
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) * 1e12)::bigint) AS exact
     FROM query_terms AS q
-    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
-    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
+    JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     -- A block's postings; a term in one chunk of the block has no arrays (first_offset, max_tf).
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
     WHERE NOT q.common
-      AND ((p_documents IS NULL AND p_only_chunks IS NULL) OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
-      AND ((p_drop_chunks IS NULL) OR pb.block_no::bigint * 256 + p.o NOT IN (SELECT chunk_id FROM dropped_chunks))
+      AND ((p_documents IS NULL) OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
 -- Pass 2: a threshold first: the 4 x leg_limit best chunks by partial score, completed exactly
@@ -132,7 +116,7 @@ rare_best AS MATERIALIZED (
                     / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                AS part
         FROM query_terms AS q
-        JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+        JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
         CROSS JOIN LATERAL (
             SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
                         ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
@@ -170,7 +154,7 @@ pruned AS MATERIALIZED (
                         / (t.tf + p_k1 * (1 - p_b + p_b * r.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                    AS part
             FROM query_terms AS q
-            JOIN posting_blocks AS pb ON pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
+            JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = r.base_id AND pb.term_id = q.term_id AND pb.block_no = r.block_no
             CROSS JOIN LATERAL (
                 SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = r.o THEN pb.max_tf END
                             ELSE pb.tfs[array_position(pb.offsets, r.o)] END AS tf
@@ -192,8 +176,8 @@ pruned AS MATERIALIZED (
                           / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))) * 1e12)::bigint,
                    false
             FROM query_terms AS q
-            JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
-            JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+            JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
+            JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
             CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                                       coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
             WHERE q.common AND (SELECT decode FROM survivors_many)
@@ -215,7 +199,7 @@ seed_term AS MATERIALIZED (
            coalesce((SELECT max(per_tier.tier) FROM (
                SELECT pb.tier, sum(sum(coalesce(cardinality(pb.offsets), 1))) OVER (ORDER BY pb.tier DESC) AS postings
                FROM posting_blocks AS pb
-               WHERE pb.base_id = q.base_id AND pb.term_id = q.term_id
+               WHERE pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
                GROUP BY pb.tier) AS per_tier
              WHERE per_tier.postings >= p_leg_limit), 0) AS from_tier
     FROM (SELECT DISTINCT ON (base_id) * FROM query_terms WHERE common ORDER BY base_id, bound DESC, term) AS q
@@ -228,13 +212,12 @@ seed AS MATERIALIZED (
                / (p.tf + p_k1 * (1 - p_b + p_b * bl.lengths[p.o + 1] / q.avg_terms))
            ) AS partial
     FROM seed_term AS q
-    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id AND pb.tier >= q.from_tier
-    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id AND pb.tier >= q.from_tier
+    JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
-    WHERE ((p_documents IS NULL AND p_only_chunks IS NULL) OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
-      AND ((p_documents IS NULL AND p_only_chunks IS NULL) OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
-      AND ((p_drop_chunks IS NULL) OR pb.block_no::bigint * 256 + p.o NOT IN (SELECT chunk_id FROM dropped_chunks))
+    WHERE ((p_documents IS NULL) OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
+      AND ((p_documents IS NULL) OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY 1
 ),
 threshold AS MATERIALIZED (
@@ -275,17 +258,16 @@ candidates AS MATERIALIZED (
            sum(q.bound) AS read_bound,
            max(q.bound + q.others) AS all_bound
     FROM common_terms AS q
-    JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
-    JOIN block_lengths AS bl ON bl.base_id = pb.base_id AND bl.block_no = pb.block_no
+    JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = q.base_id AND pb.term_id = q.term_id
+    JOIN block_lengths AS bl ON bl.base_id = ANY(p_base_ids) AND bl.base_id = pb.base_id AND bl.block_no = pb.block_no
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),
                               coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
     WHERE q.essential
       AND q.idf * pb.max_tf * (p_k1 + 1)
             / (pb.max_tf + p_k1 * (1 - p_b + p_b * pb.min_length / q.avg_terms))
           + q.others >= (SELECT score FROM threshold) - 1e-9
-      AND ((p_documents IS NULL AND p_only_chunks IS NULL) OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
-      AND ((p_documents IS NULL AND p_only_chunks IS NULL) OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
-      AND ((p_drop_chunks IS NULL) OR pb.block_no::bigint * 256 + p.o NOT IN (SELECT chunk_id FROM dropped_chunks))
+      AND ((p_documents IS NULL) OR pb.block_no IN (SELECT block_no FROM allowed_blocks))
+      AND ((p_documents IS NULL) OR pb.block_no::bigint * 256 + p.o IN (SELECT chunk_id FROM allowed_chunks))
     GROUP BY pb.base_id, pb.block_no, p.o
 ),
 common_only AS MATERIALIZED (
@@ -298,7 +280,7 @@ common_only AS MATERIALIZED (
                     / (t.tf + p_k1 * (1 - p_b + p_b * c.chunk_terms / q.avg_terms))) * 1e12)::bigint)
                AS part
         FROM query_terms AS q
-        JOIN posting_blocks AS pb ON pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
+        JOIN posting_blocks AS pb ON pb.base_id = ANY(p_base_ids) AND pb.base_id = c.base_id AND pb.term_id = q.term_id AND pb.block_no = c.block_no
         CROSS JOIN LATERAL (
             SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = c.o THEN pb.max_tf END
                         ELSE pb.tfs[array_position(pb.offsets, c.o)] END AS tf
@@ -320,59 +302,4 @@ FROM (
 ORDER BY best.score DESC, best.chunk_id
 LIMIT p_leg_limit;
 END
-$function$;
-
--- bm25_chunk_scores: the exact BM25 of the question in each of p_chunk_ids (the complete scores of
--- the fused candidates, issue 20: a chunk the dense leg found and the keyword leg did not keep still
--- gets its BM25). The same formula, statistics and rounding as bm25_top_k: a chunk scores here what
--- it would score there. A chunk holding none of the terms scores 0.
---
--- Arguments: p_base_ids, p_terms, p_term_weights, p_k1, p_b as bm25_top_k; p_chunk_ids bigint[],
--- the chunks to score (at most leg_limit: the statement passes the dense leg's chunks the
--- keyword leg did not keep).
--- Returns: chunk_id, score, one row per chunk of p_chunk_ids found in the bases.
--- Cost: one primary-key range of posting_blocks per (chunk, term), one block_lengths row per chunk.
--- PL/pgSQL like bm25_top_k: its statement is planned once per session (a generic plan).
-CREATE OR REPLACE FUNCTION bm25_chunk_scores(
-    p_base_ids int[], p_terms text[], p_term_weights float8[], p_k1 float8, p_b float8, p_chunk_ids bigint[]
-) RETURNS TABLE (chunk_id bigint, score float8)
-LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
-SET plan_cache_mode = force_generic_plan
-AS $function$
-#variable_conflict use_column
-BEGIN
-    IF coalesce(cardinality(p_terms), 0) = 0 OR coalesce(cardinality(p_chunk_ids), 0) = 0 THEN
-        RETURN;
-    END IF;
-    RETURN QUERY
-WITH query_terms AS MATERIALIZED (
-    SELECT bt.base_id, bt.term_id,
-           ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5)) * coalesce(qt.weight, 1) AS idf,
-           greatest(tot.term_total::float8 / greatest(tot.chunk_count, 1), 1e-9) AS avg_terms
-    FROM bm25_terms AS bt
-    JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
-    LEFT JOIN unnest(p_terms, p_term_weights) AS qt(term, weight) ON qt.term = bt.term
-    WHERE bt.base_id = ANY(p_base_ids) AND bt.term = ANY(p_terms) AND bt.df > 0
-),
-asked AS MATERIALIZED (
-    SELECT c.base_id, c.chunk_id, (c.chunk_id / 256)::int AS block_no, (c.chunk_id % 256)::int AS o,
-           bl.lengths[(c.chunk_id % 256)::int + 1] AS chunk_terms
-    FROM chunks AS c
-    JOIN block_lengths AS bl ON bl.base_id = c.base_id AND bl.block_no = (c.chunk_id / 256)::int
-    WHERE c.base_id = ANY(p_base_ids) AND c.chunk_id IN (SELECT unnest(p_chunk_ids))
-)
-SELECT a.chunk_id, (coalesce(part.exact, 0) / 1e12)::float8 AS score
-FROM asked AS a
-LEFT JOIN LATERAL (
-    SELECT sum(round((q.idf * t.tf * (p_k1 + 1)
-                / (t.tf + p_k1 * (1 - p_b + p_b * a.chunk_terms / q.avg_terms))) * 1e12)::bigint) AS exact
-    FROM query_terms AS q
-    JOIN posting_blocks AS pb ON pb.base_id = a.base_id AND pb.term_id = q.term_id AND pb.block_no = a.block_no
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = a.o THEN pb.max_tf END
-                    ELSE pb.tfs[array_position(pb.offsets, a.o::smallint)] END AS tf
-    ) AS t
-    WHERE q.base_id = a.base_id AND t.tf IS NOT NULL
-) AS part ON true;
-END
-$function$;
+$function$

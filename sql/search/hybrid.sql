@@ -42,7 +42,7 @@
 --             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
 --             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
 --             Exact top leg_limit over posting blocks, with MaxScore and block-max pruning
---             (sql/search/bm25_top_k.v3.sql).
+--             (sql/search/bm25_top_k.v4.sql).
 --   complete scores: every candidate either leg kept gets the other leg's exact score too (cosine
 --             by chunk id; BM25 by bm25_chunk_scores, 0 when it holds no term); ranks stay the
 --             legs' own (NULL when the leg did not keep the chunk).
@@ -110,7 +110,7 @@ dense AS MATERIALIZED (
     ) AS nearest
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
--- (sql/search/bm25_top_k.v3.sql: MaxScore and block-max pruning, planned once per session).
+-- (sql/search/bm25_top_k.v4.sql: MaxScore and block-max pruning, planned once per session).
 keyword AS MATERIALIZED (
     SELECT k.chunk_id,
            k.score,
@@ -225,13 +225,17 @@ SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
        statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
        clock_timestamp() AS finished_at
--- Every join carries base_id (the distribution column under Citus, docs/scaling.md): with one
--- base searched, each table is read on one shard and the statement is a router query.
+-- Every join carries base_id (the distribution column under Citus, docs/scaling.md), and every
+-- distributed table is filtered by the bases searched itself (Citus prunes shards by a table's own
+-- filter, not by one it is joined to): with one base searched, each table is read on one shard and
+-- the statement is a router query.
 FROM fused AS f
 JOIN chunks AS c ON c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = f.chunk_id
-JOIN documents AS doc ON doc.base_id = c.base_id AND doc.document_id = c.document_id
+JOIN documents AS doc ON doc.base_id = ANY(%(base_ids)s::int[]) AND doc.base_id = c.base_id
+                     AND doc.document_id = c.document_id
 JOIN sources AS src ON src.source_id = doc.source_id
 JOIN bases AS b ON b.base_id = doc.base_id
-LEFT JOIN facts AS fa ON fa.base_id = doc.base_id AND fa.document_id = doc.document_id
+LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = doc.base_id
+                     AND fa.document_id = doc.document_id
 CROSS JOIN legs_done
 ORDER BY f.fused DESC, f.chunk_id

@@ -12,7 +12,7 @@
 WITH gone AS MATERIALIZED (
     SELECT (c.chunk_id / 256)::int AS block_no, array_agg(mod(c.chunk_id, 256)::smallint) AS offsets
     FROM chunks AS c
-    WHERE c.document_id = %(document_id)s::bigint
+    WHERE c.base_id = %(base_id)s::int AND c.document_id = %(document_id)s::bigint
     GROUP BY c.chunk_id / 256
 ),
 rewritten AS MATERIALIZED (

@@ -5,4 +5,4 @@
 SELECT c.title, c.headings, c.text, e.embedding
 FROM chunks AS c
 JOIN embeddings AS e ON e.base_id = c.base_id AND e.chunk_id = c.chunk_id AND e.model = %(model)s
-WHERE c.document_id = %(document_id)s
+WHERE c.base_id = %(base_id)s AND c.document_id = %(document_id)s

@@ -1,0 +1,73 @@
+"""The analyst role's members get a connection limit and a statement_timeout (issue 26, item 8).
+
+Members of metis_analyst could take 94 of 100 connections and sleep without end.
+Now a login event trigger (migration 0014) gives each member's session the
+analyst statement_timeout and refuses one login more than the limit; the
+service still connects.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+import metis_pg
+from metis_pg import analyst
+
+
+@pytest.fixture()
+def alice(metis: metis_pg.Metis) -> Iterator[str]:
+    """A login member of metis_analyst; the limits set to 2 connections and 0.5 s; restored after."""
+    name = f"alice_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(metis.pool.conninfo, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        admin.execute(f'GRANT metis_analyst TO "{name}"')
+        analyst.apply_limits(admin, max_connections=2, statement_timeout_s=0.5)
+    try:
+        yield make_conninfo(metis.pool.conninfo, user=name)
+    finally:
+        with psycopg.connect(metis.pool.conninfo, autocommit=True) as admin:
+            analyst.apply_limits(admin)
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,))
+            admin.execute(f'DROP ROLE "{name}"')
+
+
+def test_the_analyst_members_get_a_connection_limit_and_a_statement_timeout(metis, alice):
+    first, second = psycopg.connect(alice, autocommit=True), psycopg.connect(alice, autocommit=True)
+    try:
+        with pytest.raises(psycopg.OperationalError, match="too many analyst connections: members of "
+                                                          "metis_analyst hold 2 of at most 2"):
+            psycopg.connect(alice)
+        # The service still connects and searches; its sessions are not limited.
+        assert metis.list_bases() is not None
+        with metis.pool.connection() as conn:
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] != "500ms"
+        assert first.execute("SHOW statement_timeout").fetchone() == ("500ms",)
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            first.execute("SELECT pg_sleep(30)")
+        assert time.monotonic() - started < 5
+        assert first.execute("SELECT count(*) FROM metis.base_health").fetchone()[0] >= 0  # still an analyst
+    finally:
+        first.close()
+        second.close()
+    psycopg.connect(alice).close()  # a slot freed is a login allowed again
+
+
+def test_the_limits_come_from_the_settings_at_each_upgrade(dsn, monkeypatch):
+    from metis_pg import migrate
+
+    monkeypatch.setenv("METIS_ANALYST_MAX_CONNECTIONS", "7")
+    monkeypatch.setenv("METIS_ANALYST_STATEMENT_TIMEOUT_S", "12.5")
+    migrate.upgrade(dsn)
+    monkeypatch.undo()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT max_connections, statement_timeout_ms FROM analyst_limits").fetchone() == (7, 12500)
+    migrate.upgrade(dsn)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT max_connections, statement_timeout_ms FROM analyst_limits").fetchone() == (10, 60000)
