@@ -4,7 +4,7 @@ One run prints, and writes with ``--json PATH``, for a base of ``--chunks N``
 chunks (default 100,000; 384-d): p50/p95 (ms) of the dense leg alone, the
 keyword leg alone, the fused statement (``sql/search/hybrid.sql``, both legs
 and RRF) and the fused statement with a ``path_prefix`` filter keeping 1% of
-the documents, all through :func:`metis_pg.retrieval.run_search` (top_k 10);
+the documents, and with a ``tags_any`` filter keeping another 1%, all through :func:`metis_pg.retrieval.run_search` (top_k 10);
 numpy brute-force cosine over the same vectors in the same run; indexing
 throughput without model time through the real write path
 (:func:`metis_pg.storage.write_documents`); and the database size per 1,000
@@ -15,8 +15,8 @@ base, plus the fused statement over three of the bases.
 JSON keys (top level: the single base; under ``"bases_10"``: one base of ten)::
 
     chunks, dense_p50_ms, dense_p95_ms, keyword_p50_ms, keyword_p95_ms,
-    fused_p50_ms, fused_p95_ms, filtered_p50_ms, filtered_p95_ms, numpy_p50_ms,
-    indexing_chunks_per_s, mb_per_1k_chunks
+    fused_p50_ms, fused_p95_ms, filtered_p50_ms, filtered_p95_ms, tagged_p50_ms, tagged_p95_ms,
+    numpy_p50_ms, indexing_chunks_per_s, mb_per_1k_chunks
     bases_10 only: three_bases_p50_ms, three_bases_p95_ms
 
 plus ``load_avg`` (``os.getloadavg()`` at start and end), ``git_commit``, the
@@ -40,7 +40,9 @@ precomputed, so the benchmark never writes a storage table itself:
   background words; chunk lengths log-normal (median 110 words, 40-250);
   documents of 1-40 chunks (geometric, mean ~9). BM25 scores then spread;
 - documents under 100 top folders ``area-00/`` .. ``area-99/``, so
-  ``path_prefix="area-07/"`` keeps 1% of the documents;
+  ``path_prefix="area-07/"`` keeps 1% of the documents; each document has one of
+  100 tags ``topic-00`` .. ``topic-99`` (across the folders), so
+  ``tags_any=["topic-07"]`` keeps another 1% (the tag-filter case, issue 21);
 - random unit vectors of 384 dimensions, rounded to float16 (what ``halfvec``
   stores); numpy searches the same float16 values as a float32 matrix.
 
@@ -121,6 +123,9 @@ TOP_K = 10
 NUMPY_TOP = 50  # what the dense leg keeps: leg_limit(10)
 FOLDERS = 100  # top folders of the documents: one prefix keeps 1%
 FILTER_PREFIX = "area-07/"
+#: Each document has one tag of 100 (``topic-00`` .. ``topic-99``), not aligned with its folder:
+#: ``tags_any=[FILTER_TAG]`` keeps another 1% of the documents (issue 21).
+FILTER_TAG = "topic-07"
 WARMUP_QUERIES = 5
 INDEXING_CHUNKS = 5_000
 LOAD_BATCH_CHUNKS = 2_000
@@ -318,7 +323,8 @@ def pending_document(doc: Doc, w: Words, vectors: np.ndarray) -> storage.Pending
         offset += len(text) + 2
         line += 2
     meta = storage.DocumentMeta(f"area-{doc.number % FOLDERS:02d}/doc-{doc.number:07d}.md",
-                                f"Document {doc.number}", "md", f"h{doc.number:x}", offset)
+                                f"Document {doc.number}", "md", f"h{doc.number:x}", offset,
+                                tags=(f"topic-{(37 * doc.number + doc.number // FOLDERS) % FOLDERS:02d}", "bench"))
     return storage.PendingDocument(meta, chunks, list(vectors))
 
 
@@ -585,6 +591,7 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         "keyword": lambda q: run(q, dense=False, keyword=True),
         "fused": lambda q: run(q, dense=True, keyword=True),
         "fused_filtered": lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)),
+        "fused_tagged": lambda q: run(q, dense=True, keyword=True, filters=Filters(tags_any=(FILTER_TAG,))),
     }
     if three_base_ids:
         # One statement over the three (before issue 22), what the search pipeline runs now (one
@@ -624,6 +631,8 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     # The filter must not starve the legs: every filtered result is under the prefix.
     found, _ = every["fused_filtered"](queries[0])
     assert found and all(c.document.startswith(FILTER_PREFIX) for c in found), "filtered search broke"
+    found, _ = every["fused_tagged"](queries[0])
+    assert found and all(FILTER_TAG in c.tags for c in found), "tag-filtered search broke"
     return results
 
 
@@ -882,7 +891,8 @@ def headline(chunks: int, cases: dict, numpy_timings: dict, indexing: dict, size
     busy 2-core machine two BLAS threads can be far slower than one).
     """
     out: dict = {"chunks": chunks}
-    for key, case in (("dense", "dense"), ("keyword", "keyword"), ("fused", "fused"), ("filtered", "fused_filtered")):
+    for key, case in (("dense", "dense"), ("keyword", "keyword"), ("fused", "fused"), ("filtered", "fused_filtered"),
+                      ("tagged", "fused_tagged")):
         out[f"{key}_p50_ms"] = cases[case]["p50_ms"]
         out[f"{key}_p95_ms"] = cases[case]["p95_ms"]
     out["numpy_p50_ms"] = min(t["p50_ms"] for t in numpy_timings.values())
@@ -1085,6 +1095,7 @@ def fmt(t: dict[str, float]) -> str:
 
 LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
           ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
+          ("fused_tagged", f"fused, tags_any {FILTER_TAG} (1%)"),
           ("three_bases", "fused over 3 bases, one statement"),
           ("three_bases_per_base", "fused over 3, a statement per base"),
           ("three_bases_dense", "  one statement, dense leg only"), ("three_bases_keyword", "  one statement, keyword leg only"),
@@ -1142,7 +1153,8 @@ def print_report(report: dict) -> None:
 
 
 KEYS = ("chunks", "dense_p50_ms", "dense_p95_ms", "keyword_p50_ms", "keyword_p95_ms", "fused_p50_ms", "fused_p95_ms",
-        "filtered_p50_ms", "filtered_p95_ms", "numpy_p50_ms", "indexing_chunks_per_s", "mb_per_1k_chunks")
+        "filtered_p50_ms", "filtered_p95_ms", "tagged_p50_ms", "tagged_p95_ms", "numpy_p50_ms",
+        "indexing_chunks_per_s", "mb_per_1k_chunks")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from psycopg_pool import ConnectionPool
 
 from .search_counts import counts_of
-from . import db, documents, migrate, replicas, storage
+from . import db, documents, migrate, replicas, retrieval, storage
 from ._metis_indexing import IndexingMethods
 from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
@@ -295,17 +295,23 @@ class Metis(IndexingMethods, SearchMethods):
         """
         return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)))[0]
 
-    def documents(self, base: str, prefix: str | None = None, *, source: str | None = None
-                  ) -> "list[documents.DocumentInfo]":
-        """Return the documents of `base` (path, source, kind, chunks, size, indexed at), by path.
+    def documents(self, base: str, prefix: str | None = None, *, source: str | None = None,
+                  filters: "dict[str, Any] | retrieval.Filters | None" = None) -> "list[documents.DocumentInfo]":
+        """Return the documents of `base` (path, source, kind, chunks, size, indexed at, tags, author,
+        category, date, language), by path.
 
         Args:
             prefix: keep paths starting with it. source: keep this source's documents.
+            filters: the search filters (:class:`metis_pg.retrieval.Filters`, or its mapping:
+                ``{"tags_any": ["hr"], "since": "2024-01-01"}``).
 
         Raises:
-            BaseNotFound: no such base.
+            BaseNotFound: no such base. InvalidInput: a malformed filter.
         """
-        return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source))[0]
+        if filters is not None and not isinstance(filters, retrieval.Filters):
+            filters = retrieval.Filters.from_mapping(filters)
+        return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source,
+                                                                filters))[0]
 
     def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
         """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
@@ -332,5 +338,6 @@ def _base_info(row: dict[str, Any]) -> BaseInfo:
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
         documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
-        interrupted=bool(row.get("interrupted")),
+        interrupted=bool(row.get("interrupted")), watched=bool(row.get("watched")),
+        caught_up_at=row["caught_up_at"].isoformat() if row.get("caught_up_at") else None,
     )

@@ -22,13 +22,16 @@ import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from . import sqlfiles, storage
 from .errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import retrieval
 
 __all__ = [
     "Target", "SourceInfo", "DocumentInfo", "DocumentChunk", "DocumentText",
@@ -110,6 +113,8 @@ class DocumentInfo:
         source: its source's name; document: its path relative to the source's folder.
         size_bytes: the file's size when it was indexed (bytes); chunks: chunks it was cut into.
         indexed_at: when it was last written (ISO 8601, UTC offset included).
+        tags, author, category, language: its metadata (issue 21); date: its own date, else its
+            file's modification time (ISO 8601), else None.
     """
 
     source: str
@@ -120,10 +125,17 @@ class DocumentInfo:
     size_bytes: int
     indexed_at: str
     document_id: int
+    tags: tuple[str, ...] = ()
+    author: str | None = None
+    category: str | None = None
+    date: str | None = None
+    language: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "document": self.document, "title": self.title, "kind": self.kind,
-                "chunks": self.chunks, "size_bytes": self.size_bytes, "indexed_at": self.indexed_at}
+                "chunks": self.chunks, "size_bytes": self.size_bytes, "indexed_at": self.indexed_at,
+                "tags": list(self.tags), "author": self.author, "category": self.category, "date": self.date,
+                "language": self.language}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,22 +206,30 @@ def list_sources(pool: ConnectionPool, base: storage.BaseRow) -> list[SourceInfo
 
 
 def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = None,
-          paths: Sequence[str] | None = None, source: str | None = None) -> list[DocumentInfo]:
+          paths: Sequence[str] | None = None, source: str | None = None,
+          filters: "retrieval.Filters | None" = None) -> list[DocumentInfo]:
     params = {"base_id": base.base_id, "prefix": prefix, "paths": None if paths is None else list(paths),
-              "source": source}
+              "source": source, "document_ids": None}
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        if filters is not None and not filters.unfiltered:
+            kept = cur.execute(sqlfiles.load("search/filtered_documents"),
+                               {**filters.to_params(), "base_ids": [base.base_id]}).fetchall()
+            params["document_ids"] = [r["document_id"] for r in kept]
         rows = cur.execute(sqlfiles.load("documents/list"), params).fetchall()
     return [DocumentInfo(source=r["source"], document=r["path"], title=r["title"], kind=r["kind"],
                          chunks=r["chunks"], size_bytes=r["size_bytes"], indexed_at=r["indexed_at"].isoformat(),
-                         document_id=r["document_id"]) for r in rows]
+                         document_id=r["document_id"], tags=tuple(r["tags"] or ()), author=r["author"],
+                         category=r["category"], date=r["date"].isoformat() if r["date"] else None,
+                         language=r["language"]) for r in rows]
 
 
 def list_documents(pool: ConnectionPool, base: storage.BaseRow, prefix: str | None = None,
-                   source: str | None = None) -> list[DocumentInfo]:
-    """Return the documents of `base` whose path starts with `prefix` (all when None), by path."""
+                   source: str | None = None, filters: "retrieval.Filters | None" = None) -> list[DocumentInfo]:
+    """Return the documents of `base` whose path starts with `prefix` (all when None) and that
+    `filters` keep (the search filters: tags, author, dates, ...), by path."""
     if prefix is not None and "\x00" in prefix:
         return []
-    return _rows(pool, base, prefix=prefix or None, source=source)
+    return _rows(pool, base, prefix=prefix or None, source=source, filters=filters)
 
 
 def get_documents(pool: ConnectionPool, base: storage.BaseRow, targets: Sequence[str],

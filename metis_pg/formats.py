@@ -33,7 +33,8 @@ FORMATS = ("json", "jsonl", "csv", "md", "files")
 SEARCH_COLUMNS = ("rank", "base", "source", "document", "line", "line_start", "line_end", "page", "page_start",
                   "page_end", "title", "headings", "score",
                   "dense", "dense_rank", "keyword", "keyword_rank", "fused", "rerank", "chunk_id", "snippet")
-DOCUMENT_COLUMNS = ("source", "document", "title", "kind", "chunks", "size_bytes", "indexed_at")
+DOCUMENT_COLUMNS = ("source", "document", "title", "kind", "chunks", "size_bytes", "indexed_at", "tags", "author",
+                    "category", "date")
 
 
 def order_score(answer: SearchResponse, result: SearchResult) -> float | None:
@@ -123,6 +124,6 @@ def documents_output(found: Sequence["DocumentInfo"], fmt: str) -> str:
         return "".join(f"- `{d.document}` — {d.title} ({d.kind}, {d.chunks} chunks, source {d.source}, "
                        f"indexed {d.indexed_at[:19].replace('T', ' ')})\n" for d in found)
     if fmt == "csv":
-        return _csv([[d.source, d.document, d.title, d.kind, d.chunks, d.size_bytes, d.indexed_at] for d in found],
-                    DOCUMENT_COLUMNS)
+        return _csv([[d.source, d.document, d.title, d.kind, d.chunks, d.size_bytes, d.indexed_at, ",".join(d.tags),
+                      d.author or "", d.category or "", d.date or ""] for d in found], DOCUMENT_COLUMNS)
     raise ValueError(f"unknown format {fmt!r}")

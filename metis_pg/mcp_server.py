@@ -141,6 +141,15 @@ def build_server(metis: Metis) -> MCPServer:
         per_document: bool = False,
         snippet_only: bool = False,
         max_bytes: int | None = None,
+        tags: list[str] | None = None,
+        tags_all: list[str] | None = None,
+        exclude_tags: list[str] | None = None,
+        authors: list[str] | None = None,
+        categories: list[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        exclude_prefixes: list[str] | None = None,
+        meta: dict[str, str | int | float | bool] | None = None,
     ) -> dict[str, Any]:
         """question: "a quoted phrase" keeps only passages holding it, -word drops passages holding the word.
         bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
@@ -148,12 +157,19 @@ def build_server(metis: Metis) -> MCPServer:
         cosine in dense, BM25 in keyword, the reranker's when reranked); per_document: each document once, at
         its best passage, with how many of its passages matched; snippet_only: each result's snippet (at most 240
         characters around the question's words) instead of its whole passage; max_bytes: the results' texts
-        (or snippets) together at most this many UTF-8 bytes, cut best first (`truncated` says which)."""
+        (or snippets) together at most this many UTF-8 bytes, cut best first (`truncated` says which).
+        Metadata: tags (any of them), tags_all, exclude_tags, authors, categories, since/until (ISO dates: the
+        document's date, else its file's modification time), exclude_prefixes (paths), meta (front matter /
+        properties key: value, all must hold)."""
         try:
             if max_bytes is not None and max_bytes < 1:
                 raise InvalidInput(f"max_bytes must be a positive number of bytes, not {max_bytes}")
             names = [bases] if isinstance(bases, str) else bases or metis.base_names()
-            filters = {k: v for k, v in (("path_prefix", prefix), ("kinds", kinds), ("sources", sources)) if v}
+            filters = {k: v for k, v in (
+                ("path_prefix", prefix), ("kinds", kinds), ("sources", sources), ("tags_any", tags),
+                ("tags_all", tags_all), ("exclude_tags", exclude_tags), ("authors", authors),
+                ("categories", categories), ("since", since), ("until", until),
+                ("exclude_prefixes", exclude_prefixes), ("meta", meta)) if v}
             answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters,
                                                      per_document=per_document),
                                         min_score)

@@ -11,6 +11,7 @@ the snippet's sentence, with the passage's range (``page_start``/``page_end`` or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -46,6 +47,8 @@ class Citation:
         snippet: at most 240 characters around the sentence holding most of the question's words.
         line_start, line_end: the lines the whole passage spans (with ``line``), else None.
         page_start, page_end: the PDF pages the whole passage spans (with ``page``), else None.
+        tags: the document's tags (lower case); author: its author, else None; date: its own
+            date, else its file's modification time, else None (issue 21).
     """
 
     source: str
@@ -60,6 +63,9 @@ class Citation:
     line_end: int | None = None
     page_start: int | None = None
     page_end: int | None = None
+    tags: tuple[str, ...] = ()
+    author: str | None = None
+    date: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -67,6 +73,9 @@ class Citation:
             "document": self.document,
             "title": self.title,
             "kind": self.kind,
+            "tags": list(self.tags),
+            "author": self.author,
+            "date": self.date.isoformat() if self.date is not None else None,
         }
         if self.page is not None:
             data["page"] = self.page
@@ -298,6 +307,8 @@ class BaseInfo:
     ``status`` is ``indexing`` only while a live indexer works on the base;
     ``interrupted`` says the last indexing run did not finish (its process was
     killed): what it committed is searchable, and the next ``metis index`` finishes.
+    ``watched``: a ``metis watch`` follows its folders now; ``caught_up_at``: when it last
+    finished indexing what changed (ISO 8601), else None (:mod:`metis_pg.watch`).
     """
 
     name: str
@@ -309,6 +320,8 @@ class BaseInfo:
     chunks_without_vector: int = 0
     last_indexed_at: str | None = None
     interrupted: bool = False
+    watched: bool = False
+    caught_up_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -321,6 +334,8 @@ class BaseInfo:
             "chunks_without_vector": self.chunks_without_vector,
             "last_indexed_at": self.last_indexed_at,
             "interrupted": self.interrupted,
+            "watched": self.watched,
+            "caught_up_at": self.caught_up_at,
         }
 
 

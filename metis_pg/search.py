@@ -368,13 +368,10 @@ class SearchPipeline:
             return []
         with self.pool.connection() as conn:
             documents = conn.execute(sqlfiles.load("search/filtered_documents"),
-                                     {**params, "base_ids": base_ids}).fetchone()[0]
+                                     {**params, "base_ids": base_ids}).fetchone() is not None
         if documents:
             return []
-        asked = "; ".join(part for part in (
-            f"path prefix {f.path_prefix!r}" if f.path_prefix is not None else "",
-            f"kinds {', '.join(f.kinds)}" if f.kinds is not None else "",
-            f"sources {', '.join(f.sources)}" if f.sources is not None else "") if part)
+        asked = f.describe()
         return [SearchWarning("FILTERS_MATCH_NOTHING",
                               f"no document of {', '.join(map(repr, request.bases))} matches the filters ({asked}):"
                               " nothing was searched")]
@@ -567,7 +564,7 @@ def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
     return Citation(
         source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
         line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
-        page_start=c.page, page_end=c.page,
+        page_start=c.page, page_end=c.page, tags=c.tags, author=c.author, date=c.date,
     )
 
 

@@ -46,7 +46,9 @@ RELEASED: dict[str, tuple[str, str]] = {
     "views/postings.v2": ("0013", "a23c88c5745a9c6e5bfdd754e194103c487c7e9506ab26332347f491f576db04"),
     "analyst/login_limits.v1": ("0014", "d4fbbb1878ae5790f135a776ef7502649c2c01f197b7a67c85031f6da31ecfcf"),
     "analyst/set_limits": ("0014", "3fe2208c9696badd527a4e9f519bbf23ac0c01b1a33e6c4e538f47d8e168f590"),
-    "search/bm25_top_k.v4": ("0015", "45ee22ad14098b09b6abda1b17a7bed86c0e1e4ee1e17750d2a63aad8944be64"),
+    "views/documents.v1": ("0015", "5d2f4b74cb4da69a70858c3894426c8e75796744d3619712fea83c106d06ad2d"),
+    "views/chunk_citations.v4": ("0015", "cc1814d3abf27c00234da0d85cb7137667ce421fbc7c764b1c871d6d77a468c2"),
+    "search/bm25_top_k.v4": ("0016", "8486b7750e346d718ae20c4eccceb089d8e791c00e715cbfb054bc81b63eeaf4"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
@@ -154,7 +156,7 @@ def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_da
     migrate.upgrade(fresh_database, "0014")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
     migrate.upgrade(fresh_database)
-    # 0015 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
+    # 0016 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
     assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
         [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
     migrate.downgrade(fresh_database, "0012")

@@ -11,7 +11,7 @@ line ``error [CODE]: message`` on stderr, or with ``--json`` the object
 ``render``         :class:`~metis_pg.cli.render.Renderer`: what a run prints, people's and machines' formats
 ``options``        options several commands share; opening the library
 ``progress``       the indexing and embedding bars
-``indexing``       ``index``, ``reembed``, ``demo``
+``indexing``       ``index``, ``watch``, ``reembed``, ``demo``
 ``searching``      ``search``, ``get``, ``ls``, ``eval``
 ``bases``          ``base create|list|drop``, ``status``
 ``memory``         ``note add|list|delete``, ``remember``, ``facts``
@@ -27,7 +27,8 @@ from typing import Any
 __all__ = ["app", "main"]
 
 # `metis --help` lists the commands in this order (each topic module registers its own).
-_ORDER = ("index", "search", "get", "ls", "eval", "status", "reembed", "remember", "facts", "serve", "mcp", "demo")
+_ORDER = ("index", "watch", "search", "get", "ls", "eval", "status", "reembed", "remember", "facts", "serve", "mcp",
+          "demo")
 
 
 def _app() -> Any:

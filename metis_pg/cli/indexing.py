@@ -15,7 +15,7 @@ from .progress import count_bar, index_with_progress, reindex_with_progress
 from .render import renderer
 from .root import app
 
-__all__ = ["index", "reembed", "demo", "DEMO_QUESTIONS"]
+__all__ = ["index", "watch", "reembed", "demo", "DEMO_QUESTIONS"]
 
 
 @app.command()
@@ -184,3 +184,58 @@ def _take_over_the_demo(r, m, base: str, root: Path) -> None:
     r.note(f"base {base!r} held the demo of another checkout ({next(iter(tops))}): indexing it again from {root}")
     m.drop_base(base)
 
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    paths: Annotated[Optional[list[Path]], typer.Argument(
+        help="Folders to follow (one not indexed yet is indexed into --base first). None: every folder source "
+             "of --base, or of every base.")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", "-b", help="The base (default: every base).")] = None,
+    debounce_ms: Annotated[int, typer.Option(
+        "--debounce-ms", min=50, max=60_000,
+        help="A burst of changes is indexed after this long at most, even while changes keep coming.")] = 1600,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Follow folder sources and index what changes (words first, then vectors) until Ctrl-C or SIGTERM.
+
+    Each burst of changes (a `git checkout`) is one indexing run per folder; a file that fails is
+    skipped with its reason and watching goes on, also while the database or the model restarts.
+    Exit 130 on Ctrl-C, 0 on SIGTERM.
+
+    \b
+    Examples:
+      metis watch ./handbook --base docs
+      metis watch --base docs          # every folder source of docs
+    """
+    import json as json_module
+
+    from ..watch import TERMINATED, Terminated, Watcher, resolve_targets, stop_on_sigterm
+
+    r = renderer(ctx)
+    r.choose(json=as_json)
+
+    def on_report(target, report, error) -> None:
+        if as_json:  # one JSON object per run, as it happens
+            print(json_module.dumps({"base": target.base, "source": target.source, "folder": str(target.root),
+                                     "report": report.to_dict() if report else None, "error": error}), flush=True)
+        elif error:
+            r.line(f"{target.base}:{target.source}: not indexed: {error}")
+        elif report.read or report.deleted or report.failed or report.warnings or report.chunks_embedded:
+            r.report(report)
+
+    stop_on_sigterm()
+    with open_metis(dsn) as m:
+        watcher = Watcher(m, resolve_targets(m, base, paths or []), debounce_ms=debounce_ms, on_report=on_report)
+        if not as_json:
+            for t in watcher.targets:
+                r.dim(f"watching {t.root} ({t.base}:{t.source}); Ctrl-C to stop")
+        try:
+            watcher.run()
+        except (Terminated, KeyboardInterrupt):
+            if not TERMINATED.is_set():
+                raise  # Ctrl-C: exit 130
+            if not as_json:
+                r.dim("stopped (SIGTERM)")
+            raise typer.Exit(0) from None

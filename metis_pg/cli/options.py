@@ -12,7 +12,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..api import Metis
 
 __all__ = ["DsnOption", "JsonOption", "JsonlOption", "CsvOption", "MdOption", "FilesOption", "open_metis",
-           "fusion_option"]
+           "fusion_option", "TagOption", "TagsAllOption", "ExcludeTagOption", "AuthorOption", "CategoryOption",
+           "SinceOption", "UntilOption", "ExcludeOption", "MetaOption", "metadata_filters"]
 
 DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABASE_URL",
                                                   help="PostgreSQL URL; default: the embedded server.")]
@@ -21,6 +22,35 @@ JsonlOption = Annotated[bool, typer.Option("--jsonl", help="Print one JSON objec
 CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with a header row.")]
 MdOption = Annotated[bool, typer.Option("--md", help="Print Markdown: a list of cited passages (documents) to paste.")]
 FilesOption = Annotated[bool, typer.Option("--files", help="Print document paths only, one per line, each once.")]
+
+# The metadata filters (issue 21) of `metis search` and `metis ls`: metis_pg.retrieval.Filters.
+TagOption = Annotated[Optional[list[str]], typer.Option(
+    "--tag", help="Keep documents with this tag; repeated: with any of them (case-insensitive).")]
+TagsAllOption = Annotated[Optional[str], typer.Option(
+    "--tags-all", help="Keep documents with every one of these tags, separated by commas.")]
+ExcludeTagOption = Annotated[Optional[list[str]], typer.Option(
+    "--exclude-tag", help="Drop documents with this tag (repeatable).")]
+AuthorOption = Annotated[Optional[list[str]], typer.Option("--author", help="Keep documents by this author (repeatable).")]
+CategoryOption = Annotated[Optional[list[str]], typer.Option(
+    "--category", help="Keep documents of this category (repeatable).")]
+SinceOption = Annotated[Optional[str], typer.Option(
+    "--since", help="Keep documents dated from this ISO date or date-time on (their date, else the file's mtime).")]
+UntilOption = Annotated[Optional[str], typer.Option(
+    "--until", help="Keep documents dated until this ISO date (inclusive) or date-time.")]
+ExcludeOption = Annotated[Optional[list[str]], typer.Option(
+    "--exclude", help="Drop documents whose path starts with this (repeatable).")]
+MetaOption = Annotated[Optional[list[str]], typer.Option(
+    "--meta", help="Keep documents whose front matter / properties have KEY=VALUE (repeatable: all must hold).")]
+
+
+def metadata_filters(tag: list[str] | None, tags_all: str | None, exclude_tag: list[str] | None,
+                     author: list[str] | None, category: list[str] | None, since: str | None, until: str | None,
+                     exclude: list[str] | None, meta: list[str] | None) -> dict[str, Any]:
+    """Return the filters mapping of the metadata options given (checked by ``Filters.from_mapping``)."""
+    all_tags = [t.strip() for t in (tags_all or "").split(",") if t.strip()]
+    given = {"tags_any": tag, "tags_all": all_tags, "exclude_tags": exclude_tag, "authors": author,
+             "categories": category, "since": since, "until": until, "exclude_prefixes": exclude, "meta": meta}
+    return {k: v for k, v in given.items() if v}
 
 
 def open_metis(dsn: str | None, *, upgrade: bool = False) -> "Metis":

@@ -154,6 +154,11 @@ class Renderer:
             more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
             self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
             self.out.print(f"   {visible(c.snippet)}")
+            if c.tags or c.author:  # what the document says of itself (its date alone may be the file's mtime)
+                about = " · ".join(part for part in (
+                    c.date.isoformat()[:10] if c.date else "", f"by {c.author}" if c.author else "",
+                    " ".join(f"#{t}" for t in c.tags)) if part)
+                self.out.print(f"   {visible(about)}")
             holds = "" if r.holds is None else (" · holds" if r.holds else " · replaced")
             self.out.print(f"   [dim]{r.scores.line()}{holds}[/]", markup=True)
         t = answer.took
@@ -217,14 +222,19 @@ class Renderer:
                        f"{report.seconds:.0f} s[/]", markup=True)
 
     def documents(self, found, prefix: str | None) -> None:
-        """Print a document list for people: path, kind, chunks, when indexed, source."""
+        """Print a document list for people: path, kind, chunks, when indexed, source, then its date,
+        author and tags when it has tags or an author (``--json``: every field, mtime dates too)."""
         if not found:
             self.out.print("no documents" + (f" starting with {prefix!r}" if prefix else ""))
             return
         width = max(len(visible(d.document)) for d in found)
         for d in found:
+            about = "  ".join(part for part in (  # its own metadata (a date alone may be the file's mtime)
+                d.date[:10] if d.date else "", f"by {visible(d.author)}" if d.author else "",
+                " ".join(f"#{visible(t)}" for t in d.tags)) if part) if d.tags or d.author else ""
             self.out.print(f"{visible(d.document):<{width}}  {d.kind:<4}  {d.chunks:>5} chunks  "
-                           f"{d.indexed_at[:19].replace('T', ' ')}  {visible(d.source)}")
+                           f"{d.indexed_at[:19].replace('T', ' ')}  {visible(d.source)}"
+                           + (f"  {about}" if about else ""), highlight=False, markup=False)
 
     def document_texts(self, shown) -> None:
         """Print documents as `metis get` shows them: (document, text cut, full size in bytes) triples."""
@@ -249,8 +259,10 @@ def status_line(i) -> str:
     missing = f", {i.chunks_without_vector} without vector" if i.chunks_without_vector else ""
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""
+    watched = (f" · watched, caught up {i.caught_up_at or 'not yet'}" if i.watched
+               else f" · last caught up by a watch {i.caught_up_at}" if i.caught_up_at else "")
     return (f"{i.name}: {i.status}{interrupted} · {i.kind} · {i.documents} documents, {i.chunks} chunks{missing} · "
-            f"model {model} · last indexed {i.last_indexed_at or ('not finished yet' if i.chunks else 'never')}")
+            f"model {model} · last indexed {i.last_indexed_at or ('not finished yet' if i.chunks else 'never')}{watched}")
 
 
 def fusion_note(fusion: dict[str, Any]) -> str:

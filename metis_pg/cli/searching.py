@@ -8,7 +8,26 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from ..errors import BaseNotFound, InvalidInput
-from .options import CsvOption, DsnOption, FilesOption, JsonlOption, JsonOption, MdOption, fusion_option, open_metis
+from .options import (
+    AuthorOption,
+    CategoryOption,
+    CsvOption,
+    DsnOption,
+    ExcludeOption,
+    ExcludeTagOption,
+    FilesOption,
+    JsonlOption,
+    JsonOption,
+    MdOption,
+    MetaOption,
+    SinceOption,
+    TagOption,
+    TagsAllOption,
+    UntilOption,
+    fusion_option,
+    metadata_filters,
+    open_metis,
+)
 from .progress import count_bar
 from .render import SPEC, renderer
 from .root import app
@@ -33,6 +52,15 @@ def search(
     prefix: Annotated[Optional[str], typer.Option("--prefix", help="Keep documents whose path starts with it.")] = None,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", help="Keep this kind (repeatable).")] = None,
     source: Annotated[Optional[list[str]], typer.Option("--source", help="Keep this source (repeatable).")] = None,
+    tag: TagOption = None,
+    tags_all: TagsAllOption = None,
+    exclude_tag: ExcludeTagOption = None,
+    author: AuthorOption = None,
+    category: CategoryOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    exclude: ExcludeOption = None,
+    meta: MetaOption = None,
     per_document: Annotated[bool, typer.Option(
         "--per-document", "-d", help="Each document once, at its best passage, with how many of its passages "
                                      "matched (--files implies it).")] = False,
@@ -76,13 +104,15 @@ def search(
       metis search -b docs,wiki vacuum full                  # every word is the question
       metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
       metis search docs "vacation" --files -n 3              # the 3 best documents' paths
+      metis search docs "leave" --tag hr --since 2024-01-01 --meta status=final
       metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
     """
     from ..formats import cut_below, search_output
 
     r = renderer(ctx)
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
-    filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None}
+    filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None,
+               **metadata_filters(tag, tags_all, exclude_tag, author, category, since, until, exclude, meta)}
     fusion = fusion_option(weights, rrf_k)
     extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
     if any(v is not None for v in extra.values()):
@@ -198,6 +228,15 @@ def ls_command(
     base: Annotated[str, typer.Argument(help="The base.")],
     prefix: Annotated[Optional[str], typer.Argument(help="Only paths starting with it, e.g. guide/.")] = None,
     source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
+    tag: TagOption = None,
+    tags_all: TagsAllOption = None,
+    exclude_tag: ExcludeTagOption = None,
+    author: AuthorOption = None,
+    category: CategoryOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    exclude: ExcludeOption = None,
+    meta: MetaOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
     as_jsonl: JsonlOption = False,
@@ -205,19 +244,21 @@ def ls_command(
     as_md: MdOption = False,
     as_files: FilesOption = False,
 ) -> None:
-    """List the documents of a base: path, kind, chunks, when indexed, source.
+    """List the documents of a base: path, kind, chunks, when indexed, source, tags, date, author.
 
     \b
     Examples:
       metis ls docs guide/
       metis ls docs --files | grep -c '[.]pdf$'
+      metis ls docs --tag hr --since 2024-01-01
     """
     from ..formats import documents_output
 
     r = renderer(ctx)
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     with open_metis(dsn) as m:
-        found = m.documents(base, prefix, source=source)
+        found = m.documents(base, prefix, source=source, filters=metadata_filters(
+            tag, tags_all, exclude_tag, author, category, since, until, exclude, meta) or None)
     if fmt != "text":
         r.write(documents_output(found, fmt))
     else:

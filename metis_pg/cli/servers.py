@@ -152,6 +152,8 @@ def eos_serve(
 def serve_http(
     host: Annotated[str, typer.Option(help="Address to bind; beyond loopback METIS_API_TOKENS is required.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Also follow every base's folder sources and index what changes (as `metis watch`).")] = False,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the HTTP API (search, compare, bases, indexing jobs, notes, facts) with uvicorn.
@@ -165,7 +167,7 @@ def serve_http(
     from ..service import serve
 
     check_port(host, port)
-    serve(dsn=dsn, host=host, port=port)
+    serve(dsn=dsn, host=host, port=port, watch=watch)
 
 
 @app.command("mcp")

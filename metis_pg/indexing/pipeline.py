@@ -46,6 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg
@@ -410,6 +411,7 @@ def _read_file(
                                   timeout_s=None if left is None else max(left, 2.0),
                                   too_large=lambda n: f"{n:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
             size = len(data)
+            modified_at = _modified_at(path)
             content_hash = versioned_hash(hashlib.sha256(data).hexdigest(), kind_of(path))
             if known is not None and known[1] == content_hash and not retokenize:
                 run.counts["unchanged"] += 1
@@ -435,9 +437,21 @@ def _read_file(
         with pool.connection() as conn:
             rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
         reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
-    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size)
+    m = document.meta
+    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size, tags=m.tags,
+                                author=m.author, category=m.category, date=m.date,
+                                modified_at=modified_at,
+                                language=m.language, extra=dict(m.extra))
     return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
                                    replaces=known[0] if known else None, terms=tokenize(chunks))
+
+
+def _modified_at(path: Path) -> datetime | None:
+    """The file's modification time (what since/until fall back on), None when it cannot be examined."""
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+    except (OSError, ValueError, OverflowError):
+        return None
 
 
 def _failure_reason(shown: str, exc: Exception) -> str:

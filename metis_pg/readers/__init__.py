@@ -31,10 +31,11 @@ from ._common import (
 )
 from .document import Document, Section
 from .files import read_file_once
+from .metadata import Metadata
 from .text import read_text_file
 
 __all__ = [
-    "KINDS", "READER_VERSIONS", "Document", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "grant_for",
+    "KINDS", "READER_VERSIONS", "Document", "Metadata", "Section", "TimeBudgetExceeded", "check_time_budget", "clean_document", "grant_for",
     "clean_text", "display_path", "kind_of", "read_document", "read_file_once", "read_text_file", "time_budget", "versioned_hash",
 ]
 
@@ -53,7 +54,9 @@ KINDS = {
 #: same file (2: HTML keeps the main content and closes heading scopes, PDF takes headings from its
 #: outline). A document read by an older version is read again by the next ``metis index`` even
 #: though its file is unchanged (:func:`versioned_hash`); vectors of unchanged chunk texts are kept.
-READER_VERSIONS = {"md": 1, "txt": 1, "html": 2, "pdf": 2, "docx": 1}
+#: 3 (html, pdf), 2 (md, txt, docx): the document's metadata (tags, author, date, ...) and the
+#: file's modification time are stored with it.
+READER_VERSIONS = {"md": 2, "txt": 2, "html": 3, "pdf": 3, "docx": 2}
 #: Kind → the module reading it, imported on first use (pypdf, python-docx and bs4 take a
 #: second to import: a search needs none of them).
 _READERS = {"md": "markdown", "txt": "text", "html": "html", "pdf": "pdf", "docx": "docx"}
@@ -149,5 +152,5 @@ def clean_document(doc: Document, *, max_title_chars: int | None = None) -> Docu
     )
     return Document(
         doc.path, label(doc.title), doc.kind, sections, clean_text(doc.text),
-        tuple(display_path(w) for w in doc.warnings),
+        tuple(display_path(w) for w in doc.warnings), doc.meta,
     )

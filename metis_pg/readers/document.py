@@ -15,7 +15,9 @@ packs those together, because only whitespace lies between them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .metadata import Metadata
 
 __all__ = ["Section", "Document", "line_at"]
 
@@ -64,7 +66,9 @@ class Document:
         text: the full text the ``char_start`` offsets refer to: for md and txt
             the decoded file (newlines normalised to ``"\\n"``), for the other
             kinds the extracted headings and blocks joined by blank lines.
-        warnings: what was skipped while reading (e.g. PDF pages without text).
+        warnings: what was skipped while reading (e.g. PDF pages without text, a malformed front matter).
+        meta: what the file says about itself (front matter, ``<meta>``, PDF info, DOCX core
+            properties: :mod:`metis_pg.readers.metadata`); never part of ``text``.
     """
 
     path: str
@@ -73,6 +77,7 @@ class Document:
     sections: tuple[Section, ...]
     text: str
     warnings: tuple[str, ...] = ()
+    meta: Metadata = field(default_factory=Metadata)
 
 
 def line_at(text: str, line: int | None, line_map: tuple[int, ...], offset: int) -> int | None:

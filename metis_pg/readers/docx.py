@@ -35,6 +35,7 @@ from docx.table import Table, _Cell
 from ..errors import UnreadableDocument
 from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, file_title, grant_for, unreadable
 from .document import Document
+from .metadata import Metadata, from_mapping, parse_date
 
 __all__ = ["MAX_UNZIPPED_BYTES", "read"]
 
@@ -229,13 +230,58 @@ def read(path: str, data: bytes) -> Document:
             levels, default_level = _style_levels(archive)
             with archive.open(_MAIN) as stream:
                 out, title = _extract(path, stream, levels, default_level)
+            meta = _metadata(archive)
     except UnreadableDocument:  # refused above, or the time budget ran out
         raise
     except Exception as exc:
         if type(exc).__name__ == "XMLSyntaxError":  # lxml's message says where: worth showing
             raise unreadable(path, f"corrupt .docx: its XML is broken ({exc})") from exc
         raise unreadable(path, f"corrupt .docx: its XML is not what Word writes ({type(exc).__name__})") from exc
-    return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text)
+    return Document(path, title or file_title(path), "docx", tuple(out.sections), out.text, meta=meta)
+
+
+#: docProps/core.xml (Office Open XML core properties): element (namespace URI, name) -> metadata key.
+_CORE = {
+    ("http://purl.org/dc/elements/1.1/", "creator"): "author",
+    ("http://schemas.openxmlformats.org/package/2006/metadata/core-properties", "category"): "category",
+    ("http://schemas.openxmlformats.org/package/2006/metadata/core-properties", "keywords"): "keywords",
+    ("http://purl.org/dc/elements/1.1/", "subject"): "subject",
+    ("http://purl.org/dc/elements/1.1/", "language"): "lang",
+    ("http://purl.org/dc/terms/", "created"): "date",
+    ("http://purl.org/dc/terms/", "modified"): "modified",
+    ("http://schemas.openxmlformats.org/package/2006/metadata/core-properties", "lastModifiedBy"): "last_modified_by",
+    ("http://purl.org/dc/elements/1.1/", "description"): "comments",
+    ("http://schemas.openxmlformats.org/package/2006/metadata/core-properties", "contentStatus"): "status",
+    ("http://schemas.openxmlformats.org/package/2006/metadata/core-properties", "version"): "version",
+}
+#: A core.xml larger than this is not read (bytes): it is a few hundred bytes in what Word writes.
+_CORE_MAX_BYTES = 1_000_000
+
+
+def _metadata(archive: zipfile.ZipFile) -> Metadata:
+    """Return the core properties (docProps/core.xml): author, category, keywords, subject, language,
+    created (the date), modified, ... A missing, oversized or broken core.xml gives no metadata,
+    never a refusal: the text is what matters. Parsed with entities and the network off."""
+    from lxml import etree
+
+    try:
+        info = archive.getinfo("docProps/core.xml")
+        if info.file_size > _CORE_MAX_BYTES:
+            return Metadata()
+        parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+        root = etree.fromstring(archive.read(info), parser)
+    except Exception:  # noqa: BLE001 - no core properties, or unreadable ones
+        return Metadata()
+    found: dict[str, object] = {}
+    for element in root:
+        if not isinstance(element.tag, str):
+            continue
+        qname = etree.QName(element)
+        key = _CORE.get((qname.namespace, qname.localname))
+        text = (element.text or "").strip()
+        if key and text:
+            found[key] = parse_date(text) or text if key in ("date", "modified") else text
+    return from_mapping(found)
 
 
 def _extract(path: str, stream, levels: dict[str, int | None],

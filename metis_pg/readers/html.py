@@ -42,6 +42,7 @@ from bs4.dammit import EncodingDetector
 
 from ..errors import UnreadableDocument
 from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, decode_text, file_title, unreadable
+from .metadata import Metadata, from_mapping
 from .document import Document
 
 __all__ = ["read"]
@@ -561,6 +562,7 @@ def read(path: str, data: bytes) -> Document:
             walker.flush()
             title_tag = soup.find("title")
             title = collapse(title_tag.get_text()) if title_tag else ""
+            meta = _metadata(soup)
             sections, full_text = tuple(walker.out.sections), walker.out.text
             soup.decompose()  # breaks the tree's cycles: freed now, not by the collector rescanning it
     except UnreadableDocument:
@@ -568,4 +570,36 @@ def read(path: str, data: bytes) -> Document:
     except Exception as exc:  # bs4's ParserRejectedMarkup and html.parser's errors
         raise unreadable(path, f"unparseable HTML ({type(exc).__name__}: {exc})") from exc
     title = title or walker.first_h1 or file_title(path)
-    return Document(path, title, "html", sections, full_text)
+    return Document(path, title, "html", sections, full_text, meta=meta)
+
+
+#: ``<meta name=...>`` / ``<meta property=...>`` → the metadata key it gives (the first found wins).
+_META_NAMES = {
+    "author": "author", "dc.creator": "author", "article:author": "author",
+    "keywords": "keywords", "news_keywords": "keywords", "article:tag": "keywords",
+    "category": "category", "article:section": "category",
+    "date": "date", "dc.date": "date", "dcterms.created": "date", "article:published_time": "date",
+    "dc.date.created": "date",
+    "last-modified": "modified", "dcterms.modified": "modified", "article:modified_time": "modified",
+    "description": "description", "dc.subject": "subject",
+}
+
+
+def _metadata(soup: BeautifulSoup) -> Metadata:
+    """Return the metadata of a page's ``<meta>`` elements and ``<html lang>`` (:data:`_META_NAMES`)."""
+    found: dict[str, object] = {}
+    for tag in soup.find_all("meta"):
+        name = str(tag.get("name") or tag.get("property") or tag.get("itemprop") or "").strip().lower()
+        key = _META_NAMES.get(name)
+        content = tag.get("content")
+        if not key or not isinstance(content, str) or not content.strip():
+            continue
+        if key == "keywords":  # article:tag repeats: every one counts
+            found[key] = f"{found[key]},{content}" if key in found else content
+        else:
+            found.setdefault(key, content)
+    html = soup.find("html")
+    lang = html.get("lang") if html is not None else None
+    if isinstance(lang, str) and lang.strip():
+        found["lang"] = lang
+    return from_mapping(found)

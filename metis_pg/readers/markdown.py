@@ -13,8 +13,11 @@ Rules, after CommonMark where it matters for headings:
   text: a ``# comment`` in it is not a heading. :func:`fence_spans` gives the
   fences to the chunker, which keeps each one whole when it fits.
 - YAML front matter (``---`` on the first line, then ``key:`` lines, closed by
-  ``---`` or ``...``) is metadata: in no section; its ``title:`` is the
-  document title; ``title: ""`` means the document has no title.
+  ``---`` or ``...``) is metadata: in no section; read with PyYAML's safe loader
+  into ``Document.meta`` (:mod:`metis_pg.readers.metadata`); its ``title:`` is
+  the document title; ``title: ""`` means the document has no title. A front
+  matter that is not valid YAML (or not a mapping) is a warning naming the file:
+  the document is indexed without its metadata (its ``title:`` line still counts).
 
 ``Document.text`` is the decoded file; the title is the front-matter title,
 else the first heading, else the file name.
@@ -27,8 +30,11 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
 from ._common import HeadingPath, LineCounter, check_time_budget, collapse, decode_text, file_title, source_section
 from .document import Document
+from .metadata import Metadata, from_mapping
 
 __all__ = ["fence_spans", "read"]
 
@@ -145,9 +151,14 @@ def read(path: str, data: bytes) -> Document:
     text = decode_text(data, path)
     title = None
     body_start = 0
+    meta = Metadata()
+    warnings: list[str] = []
     front = _FRONT_MATTER.match(text)
     if front:
         body_start = front.end()
+        meta, warning = _front_matter(front.group(1))
+        if warning:
+            warnings.append(f"{path}: {warning}")
         m = _FRONT_TITLE.search(front.group(1))
         if m:
             # `title: ""` says the document has none: no heading or file name stands in
@@ -165,4 +176,22 @@ def read(path: str, data: bytes) -> Document:
     sections.append(source_section(text, cursor, len(text), above.path, lines))
     if title is None:
         title = next((h for *_, h in headings if h), None) or file_title(path)
-    return Document(path, title, "md", tuple(s for s in sections if s), text)
+    return Document(path, title, "md", tuple(s for s in sections if s), text, tuple(warnings), meta)
+
+
+def _front_matter(block: str) -> tuple[Metadata, str | None]:
+    """Return the metadata of a front matter's YAML, and a warning (None when it is valid)."""
+    if not block.strip():
+        return Metadata(), None
+    try:
+        data = yaml.safe_load(block)  # safe: no Python objects, no tags that run code
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}" if mark is not None else ""  # +1: 0-based, +1: the opening ---
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        return Metadata(), f"front matter is not valid YAML ({problem}{where}): indexed without its metadata"
+    except RecursionError:
+        return Metadata(), "front matter nested too deeply: indexed without its metadata"
+    if not isinstance(data, dict):
+        return Metadata(), "front matter is not a YAML mapping of keys: indexed without its metadata"
+    return from_mapping(data), None

@@ -44,6 +44,7 @@ from ._common import (
     HeadingPath, TextBuilder, check_time_budget, collapse, file_title, first_line_title, grant_for, unreadable,
 )
 from .document import Document
+from .metadata import Metadata, from_mapping
 
 __all__ = ["read"]
 
@@ -264,4 +265,34 @@ def read(path: str, data: bytes) -> Document:
     except Exception:  # a broken /Info dictionary costs only the title
         meta_title = ""
     title = meta_title or first_line_title(out.text) or file_title(path)
-    return Document(path, title, "pdf", tuple(out.sections), out.text, tuple(warnings))
+    return Document(path, title, "pdf", tuple(out.sections), out.text, tuple(warnings), _metadata(reader))
+
+
+def _metadata(reader: PdfReader) -> Metadata:
+    """Return the document information dictionary's author, keywords, subject and dates, and the catalog's /Lang.
+
+    Each entry is read on its own: a broken one (a date pypdf cannot parse) costs only itself.
+    """
+    found: dict[str, object] = {}
+    info = None
+    try:
+        info = reader.metadata
+    except Exception:
+        pass
+    if info is not None:
+        for key, attribute in (("author", "author"), ("keywords", "keywords"), ("subject", "subject"),
+                               ("date", "creation_date"), ("modified", "modification_date"),
+                               ("creator", "creator"), ("producer", "producer")):
+            try:
+                value = getattr(info, attribute, None) if attribute != "keywords" else info.get("/Keywords")
+            except Exception:
+                continue
+            if value not in (None, ""):
+                found["application" if key == "creator" else key] = value if key in ("date", "modified") else str(value)
+    try:
+        lang = reader.trailer["/Root"].get("/Lang")
+        if lang:
+            found["lang"] = str(lang)
+    except Exception:
+        pass
+    return from_mapping(found)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Path as PathParam
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from ..api import MAX_QUESTION_CHARS, MAX_TOP_K
 from ..config import BaseSpec
@@ -47,12 +47,28 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_Names = Annotated[list[_text(None, 200)], Field(max_length=100)]
+
+
 class FiltersIn(_Body):
-    """Filters applied inside both legs before ranking (SPEC F10)."""
+    """Filters applied inside both legs before ranking (SPEC F10, issue 21); all given must hold.
+    See metis_pg.retrieval.Filters."""
 
     path_prefix: _text(None, 1000) | None = None
+    exclude_prefixes: Annotated[list[_text(None, 1000)], Field(max_length=100)] | None = Field(
+        None, description="drop documents whose path starts with any of these")
     kinds: Annotated[list[_text(None, 10)], Field(max_length=10)] | None = None
-    sources: Annotated[list[_text(None, 200)], Field(max_length=100)] | None = None
+    sources: _Names | None = None
+    tags_any: _Names | None = Field(None, description="documents with at least one of these tags (case-insensitive)")
+    tags_all: _Names | None = Field(None, description="documents with every one of these tags")
+    exclude_tags: _Names | None = Field(None, description="drop documents with any of these tags")
+    authors: _Names | None = Field(None, description="documents by one of these authors (exact)")
+    categories: _Names | None = Field(None, description="documents of one of these categories (exact)")
+    since: _text(None, 40) | None = Field(
+        None, description="ISO date or date-time: documents dated from then (their date, else the file's mtime)")
+    until: _text(None, 40) | None = Field(None, description="ISO date (its whole day) or date-time: dated until then")
+    meta: dict[_text(1, 200), StrictStr | StrictInt | StrictFloat | StrictBool] | None = Field(
+        None, description="documents whose other metadata has each key = value (front matter, properties)")
 
 
 #: A base's defaults live in BaseSpec only; the schema shows them.
@@ -204,6 +220,9 @@ class CitationOut(BaseModel):
     line_end: int | None = Field(None, description="last line of the passage (with line)")
     headings: list[str]
     snippet: str
+    tags: list[str] = Field(default_factory=list, description="the document's tags, lower case")
+    author: str | None = Field(None, description="the document's author")
+    date: str | None = Field(None, description="the document's date, else its file's modification time (ISO 8601)")
 
 
 class ScoresOut(BaseModel):

@@ -162,8 +162,12 @@ def serve(
     tokens: str | Sequence[str] | None = None,
     source_roots: str | Sequence[str | os.PathLike] | None = None,
     log_level: str = "info",
+    watch: bool = False,
 ) -> None:
     """Run the service with uvicorn until interrupted (``metis serve``).
+
+    With `watch` (``metis serve --watch``) a :class:`metis_pg.watch.Watcher` follows every base's
+    folder sources in a thread of its own, indexing what changes, and stops with the server.
 
     The bind is checked before the database is opened: without a token only a
     loopback `host` is allowed. Logging goes to stderr (uvicorn's format): the
@@ -185,10 +189,48 @@ def serve(
                  host, port, "required" if token_list else "off (loopback only)",
                  ":".join(str(r) for r in app.state.source_roots) or "none (indexing off)",
                  limits.max_inflight_searches, limits.max_connections)
-        uvicorn.Server(uvicorn_config(app, logging_config=logging_config, host=host, port=port,
-                                      log_level=log_level)).run()
+        watcher = _start_watcher(metis) if watch else None
+        try:
+            uvicorn.Server(uvicorn_config(app, logging_config=logging_config, host=host, port=port,
+                                          log_level=log_level)).run()
+        finally:
+            if watcher is not None:
+                watcher[0].stop()
+                watcher[1].join(timeout=30)
     finally:
         metis.close()
+
+
+def _start_watcher(metis: Metis):
+    """Start a watcher of every base's folder sources in a daemon thread; (watcher, thread), or None
+    when there is nothing to watch (said in the log)."""
+    import threading
+
+    from ..watch import Watcher
+
+    targets = Watcher.targets_of(metis)
+    if not targets:
+        log.warning("metis serve --watch: no folder source to watch yet (index one, then restart)")
+        return None
+
+    def on_report(target, report, error) -> None:
+        if error:
+            log.warning("watch %s:%s: not indexed: %s", target.base, target.source, error)
+        elif report.read or report.deleted or report.failed:
+            log.info("watch %s:%s: %d read, %d deleted, %d failed%s", target.base, target.source, report.read,
+                     report.deleted, len(report.failed), "".join(f"; skipped {f.path}: {f.reason}" for f in report.failed))
+
+    watcher = Watcher(metis, targets, on_report=on_report)
+
+    def run() -> None:
+        try:
+            watcher.run()
+        except Exception:  # noqa: BLE001 - the server keeps serving; the log says why watching ended
+            log.exception("metis serve --watch: the watcher stopped")
+
+    thread = threading.Thread(target=run, name="metis-watch", daemon=True)
+    thread.start()
+    return watcher, thread
 
 
 @contextmanager

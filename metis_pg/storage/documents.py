@@ -11,10 +11,12 @@ documents), which keeps this guarantee for each of them. Every write takes the b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from .. import sqlfiles
 from ..chunking import Chunk, chunk_terms
@@ -28,8 +30,8 @@ __all__ = [
 ]
 
 # COPY cannot be EXPLAINed, and every file of sql/ is (tests/test_contracts.py): they stay here.
-_COPY_DOCUMENTS = ("COPY documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes)"
-                   " FROM STDIN")
+_COPY_DOCUMENTS = ("COPY documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes,"
+                   " tags, author, category, date, modified_at, language, meta) FROM STDIN")
 _COPY_CHUNKS = ("COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
                 " char_start, char_end, term_count, line_end, line_map) FROM STDIN")
 
@@ -41,13 +43,22 @@ _MS_PER_CHUNK = 50
 
 @dataclass(frozen=True, slots=True)
 class DocumentMeta:
-    """What ``documents`` holds of a file: path relative to its source, title, kind, hash, size."""
+    """What ``documents`` holds of a file: path relative to its source, title, kind, hash, size (bytes),
+    and its metadata (:class:`metis_pg.readers.Metadata`: tags, author, category, date, language,
+    the other keys as ``extra``) with the file's modification time."""
 
     path: str
     title: str
     kind: str
     content_hash: str
     size_bytes: int
+    tags: tuple[str, ...] = ()
+    author: str | None = None
+    category: str | None = None
+    date: datetime | None = None
+    modified_at: datetime | None = None
+    language: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +176,8 @@ def write_documents(
                 for d, document_id in zip(documents, document_ids):
                     m = d.meta
                     copy.write_row((document_id, base_id, source_id, m.path, m.title, m.kind,
-                                    m.content_hash, m.size_bytes))
+                                    m.content_hash, m.size_bytes, list(m.tags), m.author, m.category, m.date,
+                                    m.modified_at, m.language, Jsonb(dict(m.extra))))
             with cur.copy(_COPY_CHUNKS) as copy:
                 for d, document_id, ids in zip(documents, document_ids, placed):
                     for chunk_id, chunk, terms in zip(ids, d.chunks, d.terms):

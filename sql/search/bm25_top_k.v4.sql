@@ -1,7 +1,7 @@
 -- The keyword leg of sql/search/hybrid.sql, version 4 (issue 20): bm25_top_k.v3.sql with two
 -- chunk filters, for the question's quoted phrases and excluded words, and bm25_chunk_scores,
 -- the exact BM25 of given chunks (the complete scores of the fused candidates). Created by
--- migration 0015; v3's function (7 arguments) stays. Released files are never edited: a change is
+-- migration 0016; v3's function (7 arguments) stays. Released files are never edited: a change is
 -- a v5 file and a migration.
 --
 -- bm25_top_k arguments:

@@ -29,7 +29,15 @@
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
 --   %(kinds)s           text[]   NULL = no filter; else documents of these kinds
 --   %(sources)s         text[]   NULL = no filter; else documents of these sources
---   %(unfiltered)s      boolean  true when all three filters are NULL: the legs then skip the
+--   %(exclude_prefixes)s text[] NULL = no filter; else documents whose path starts with none of them
+--   %(tags_any)s, %(tags_all)s, %(exclude_tags)s  text[]  NULL = no filter; else documents with one /
+--                                every / none of these tags (lower case, as stored)
+--   %(authors)s, %(categories)s  text[]  NULL = no filter; else documents of one of these
+--   %(since)s, %(until)s timestamptz  NULL = no bound; else documents whose date (else the file's
+--                                modification time) is >= since and < until (undated ones are dropped)
+--   %(meta)s            jsonb    NULL = no filter; else [[alternative, ...], ...]: the document's meta
+--                                contains one alternative of every requirement (retrieval.Filters.meta)
+--   %(unfiltered)s      boolean  true when every filter is NULL: the legs then skip the
 --                                allowed_documents semi-join (folded away in a custom plan, which
 --                                also lets the dense scan run in parallel)
 --   %(only_chunks)s     bigint[] NULL = no phrase; else only these chunks are ranked (those holding
@@ -67,6 +75,22 @@ WITH allowed_documents AS MATERIALIZED (
       AND (%(path_prefix)s::text IS NULL OR starts_with(d.path, %(path_prefix)s::text))
       AND (%(kinds)s::text[] IS NULL OR d.kind = ANY(%(kinds)s::text[]))
       AND (%(sources)s::text[] IS NULL OR s.name = ANY(%(sources)s::text[]))
+      AND (%(exclude_prefixes)s::text[] IS NULL
+           OR NOT EXISTS (SELECT 1 FROM unnest(%(exclude_prefixes)s::text[]) AS x(prefix) WHERE starts_with(d.path, x.prefix)))
+      -- Metadata (issue 21): tags (GIN ix_documents_tags), author, category, dates, the other keys.
+      AND (%(tags_any)s::text[] IS NULL OR d.tags && %(tags_any)s::text[])
+      AND (%(tags_all)s::text[] IS NULL OR d.tags @> %(tags_all)s::text[])
+      AND (%(exclude_tags)s::text[] IS NULL OR NOT d.tags && %(exclude_tags)s::text[])
+      AND (%(authors)s::text[] IS NULL OR d.author = ANY(%(authors)s::text[]))
+      AND (%(categories)s::text[] IS NULL OR d.category = ANY(%(categories)s::text[]))
+      AND (%(since)s::timestamptz IS NULL OR coalesce(d.date, d.modified_at) >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR coalesce(d.date, d.modified_at) < %(until)s::timestamptz)
+      -- meta: an array of requirements, each an array of alternatives; every requirement holds
+      -- when the document's meta contains one of its alternatives.
+      AND (%(meta)s::jsonb IS NULL
+           OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements(%(meta)s::jsonb) AS r(options)
+                          WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(r.options) AS o(value)
+                                            WHERE d.meta @> o.value)))
 ),
 -- The chunks holding an excluded word (-legacy): its postings, in every base searched.
 excluded AS MATERIALIZED (
@@ -222,6 +246,7 @@ SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
+       doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
        statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
        clock_timestamp() AS finished_at

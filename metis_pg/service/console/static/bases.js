@@ -23,7 +23,8 @@
       const status = el("span", {class: "status status-" + b.status}, statusLabel(b.status));
       body.append(el("tr", {"data-base": b.name},
         el("th", {scope: "row"}, b.name, b.kind === "memory" ? el("span", {class: "muted"}, " (memory)") : null),
-        el("td", {class: "status-cell", "data-label": "Status"}, status, b.interrupted ? el("span", {class: "muted"}, " (interrupted)") : null),
+        el("td", {class: "status-cell", "data-label": "Status"}, status, b.interrupted ? el("span", {class: "muted"}, " (interrupted)") : null,
+          b.watched ? el("span", {class: "watch muted"}, " · watched, caught up " + (b.caught_up_at ? when(b.caught_up_at) : "not yet")) : null),
         el("td", {class: "num documents", "data-label": "Documents"}, String(b.documents)),
         el("td", {class: "num chunks", "data-label": "Chunks"}, String(b.chunks)),
         el("td", {class: "num without", "data-label": "Without vectors"}, String(b.chunks_without_vector)),

@@ -21,6 +21,11 @@
       prefix: p.get("prefix") || "",
       kinds: p.getAll("kind"),
       sources: p.getAll("source"),
+      tags: p.getAll("tag"),
+      exclude_tags: p.getAll("exclude_tag"),
+      authors: p.getAll("author"),
+      since: p.get("since") || "",
+      until: p.get("until") || "",
       compare: p.get("compare") === "1",
       per_document: p.get("per_document") === "1",
     };
@@ -36,6 +41,11 @@
     if (s.prefix) p.set("prefix", s.prefix);
     s.kinds.forEach((k) => p.append("kind", k));
     s.sources.forEach((k) => p.append("source", k));
+    s.tags.forEach((k) => p.append("tag", k));
+    s.exclude_tags.forEach((k) => p.append("exclude_tag", k));
+    s.authors.forEach((k) => p.append("author", k));
+    if (s.since) p.set("since", s.since);
+    if (s.until) p.set("until", s.until);
     if (s.compare) p.set("compare", "1");
     if (s.per_document) p.set("per_document", "1");
     return "#" + p.toString();
@@ -43,6 +53,10 @@
 
   function checked(name) {
     return Array.from(document.querySelectorAll("input[name='" + name + "']:checked")).map((i) => i.value);
+  }
+
+  function listed(id) {
+    return $(id).value.split(",").map((s) => s.trim()).filter(Boolean);
   }
 
   function readForm() {
@@ -55,7 +69,12 @@
       rerank: $("rerank").disabled ? $("rerank").dataset.wanted !== "0" : $("rerank").checked,
       prefix: $("prefix").value.trim(),
       kinds: checked("kind"),
-      sources: $("sources").value.split(",").map((s) => s.trim()).filter(Boolean),
+      sources: listed("sources"),
+      tags: listed("tags"),
+      exclude_tags: listed("exclude_tags"),
+      authors: listed("authors"),
+      since: $("since").value,
+      until: $("until").value,
       compare: $("compare").checked,
       per_document: $("per_document").checked,
     };
@@ -71,6 +90,11 @@
     $("prefix").value = s.prefix;
     document.querySelectorAll("input[name='kind']").forEach((i) => { i.checked = s.kinds.includes(i.value); });
     $("sources").value = s.sources.join(", ");
+    $("tags").value = s.tags.join(", ");
+    $("exclude_tags").value = s.exclude_tags.join(", ");
+    $("authors").value = s.authors.join(", ");
+    $("since").value = s.since;
+    $("until").value = s.until;
     $("compare").checked = s.compare;
     $("per_document").checked = s.per_document;
     syncMode();
@@ -152,6 +176,11 @@
     if (s.prefix) filters.path_prefix = s.prefix;
     if (s.kinds.length) filters.kinds = s.kinds;
     if (s.sources.length) filters.sources = s.sources;
+    if (s.tags.length) filters.tags_any = s.tags;
+    if (s.exclude_tags.length) filters.exclude_tags = s.exclude_tags;
+    if (s.authors.length) filters.authors = s.authors;
+    if (s.since) filters.since = s.since;
+    if (s.until) filters.until = s.until;
     if (Object.keys(filters).length) body.filters = filters;
     if (!s.compare) body.mode = s.mode;
     try {
@@ -201,6 +230,16 @@
     return out;
   }
 
+  /** The document's date, author and tags (absent when it has none). */
+  function about(c) {
+    const parts = [];
+    if (c.date) parts.push(c.date.slice(0, 10));
+    if (c.author) parts.push("by " + c.author);
+    const tags = (c.tags || []).map((t) => el("span", {class: "tag"}, "#" + t));
+    if (!parts.length && !tags.length) return null;
+    return el("div", {class: "about muted"}, parts.join(" · ") + (parts.length && tags.length ? " · " : ""), ...tags);
+  }
+
   function renderSearch(answer, s) {
     renderNotices(answer.warnings);
     renderTook(answer.took, [["embed", "embed"], ["dense", "meaning"], ["keyword", "words"], ["fuse", "fuse"],
@@ -227,6 +266,7 @@
         head,
         el("div", {class: "title"}, c.title),
         headings.length ? el("div", {class: "headings"}, headings.join(" › ")) : null,
+        about(c),
         el("p", {class: "snippet"}, marked(c.snippet, terms)),
         el("p", {class: "scores"}, scoresLine(r.scores)),
         el("details", {class: "whole"}, el("summary", {}, "Whole passage"), el("pre", {class: "text"}, r.text)));

@@ -1,7 +1,7 @@
 """keyword leg v4: phrase and exclusion filters, and the exact BM25 of given chunks
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-01
 
 Issue 20. ``sql/search/bm25_top_k.v4.sql`` creates
@@ -22,8 +22,8 @@ from alembic import op
 
 from metis_pg import sqlfiles
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

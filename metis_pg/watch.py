@@ -1,0 +1,294 @@
+"""Watch mode (issue 21, part 3): follow the folder sources of bases and index what changes.
+
+``metis watch [PATHS] [--base B]`` and ``metis serve --watch`` run :class:`Watcher`. It gets
+file events from the operating system through watchfiles (inotify on Linux: no polling loop,
+so an idle watcher costs no CPU) and runs the same incremental indexing as ``metis index``
+(words first, then vectors) on each folder where something changed:
+
+- create, modify, delete, rename, a folder moved in or out: the folder source is indexed
+  again, which reads only new or changed files (their SHA-256 differs), deletes the documents
+  of files that are gone, and keeps the vectors of unchanged chunk texts;
+- a burst (``git checkout`` touching 5,000 files) is one set of changes: watchfiles gathers
+  events until none came for :data:`QUIET_MS` (300 ms), at most ``debounce_ms`` (1.6 s by
+  default), and each folder touched is indexed ONCE for the whole set, not once per file;
+  events that come during a run are gathered meanwhile and make one more run after it;
+- a file that fails is skipped with its reason (the run's report), and watching goes on;
+- the database or the model restarting does not end it: a run that fails for want of the
+  database is tried again every ``retry_s`` seconds, and chunks left without a vector while
+  the model was down are embedded by the next run;
+- Ctrl-C (KeyboardInterrupt: ``metis watch`` exits 130) or SIGTERM (exit 0) stop it cleanly
+  between two batches of the indexer (a batch is one transaction: nothing half written).
+
+While it runs, each watched base's ``watched_at`` is refreshed every ``heartbeat_s`` seconds
+and ``caught_up_at`` is set when a run finishes with nothing left to do; ``metis status``, the
+HTTP API and the console's Bases page say the base is watched while ``watched_at`` is less
+than :data:`WATCHED_FOR_S` seconds old (sql/bases/list.sql).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from .errors import BaseNotFound, DatabaseUnavailable, InvalidInput, MetisError
+from .readers import kind_of
+from .results import IndexReport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import Metis
+
+__all__ = ["Watched", "Watcher", "WATCHED_FOR_S", "TERMINATED", "Terminated", "stop_on_sigterm", "resolve_targets"]
+
+log = logging.getLogger(__name__)
+
+#: A set of changes ends once no event came for this long (milliseconds): watchfiles' ``step``.
+QUIET_MS = 300
+#: A base is shown as watched while its watcher's last sign of life is younger than this
+#: (seconds): three heartbeats (sql/bases/list.sql says the same number).
+WATCHED_FOR_S = 90
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by SIGTERM once :func:`stop_on_sigterm` is installed (``metis watch`` exits 0).
+
+    A BaseException, as KeyboardInterrupt: no ``except Exception`` on the way (one file's failure
+    in the indexer, a model call) takes it for an error and goes on."""
+
+
+#: Set once SIGTERM arrived: watchfiles turns any exception of a signal handler that runs while it
+#: waits into KeyboardInterrupt, so the caller tells SIGTERM from Ctrl-C by this.
+TERMINATED = threading.Event()
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` in the main thread (KeyboardInterrupt when it comes
+    while watchfiles waits; :data:`TERMINATED` is set either way): it unwinds the indexer like
+    Ctrl-C (the batch being written is rolled back, everything committed stays)."""
+    import signal
+
+    def terminate(signum: int, frame: object) -> None:
+        TERMINATED.set()
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A folder source followed: the base it belongs to, its folder (resolved) and its name."""
+
+    base: str
+    root: Path
+    source: str
+
+
+@dataclass
+class _State:
+    pending: set[Watched] = field(default_factory=set)  # to index again: changed, or their last run failed
+    retry_at: float = 0.0
+
+
+class Watcher:
+    """Follow folder sources and index what changes (see the module docstring).
+
+    Args:
+        metis: the library (its pool, settings and models).
+        targets: the folder sources to follow (:meth:`targets_of`).
+        debounce_ms: a set of changes is yielded after this long at most, even while events
+            keep coming (milliseconds; watchfiles' ``debounce``).
+        heartbeat_s: how often the bases' ``watched_at`` is refreshed, and the most a stop
+            request or a retry waits (seconds).
+        retry_s: a run that failed (database down) is tried again after this many seconds.
+        on_report: called with each run's (target, report or None, error message or None).
+    """
+
+    def __init__(self, metis: Metis, targets: Sequence[Watched], *, debounce_ms: int = 1600,
+                 heartbeat_s: float = 30.0, retry_s: float = 5.0,
+                 on_report: Callable[[Watched, IndexReport | None, str | None], None] | None = None) -> None:
+        if not targets:
+            raise InvalidInput("nothing to watch: index a folder into the base first (metis index DIR --base B)")
+        self.metis = metis
+        self.targets = list(targets)
+        self.debounce_ms = debounce_ms
+        self.heartbeat_s = heartbeat_s
+        self.retry_s = retry_s
+        self.on_report = on_report
+        self.stop_event = threading.Event()
+        self.runs = 0  # indexing runs finished (one per folder per set of changes)
+        self.runs_started = 0
+        self._state = _State()
+
+    # -- what to watch ------------------------------------------------------------------
+
+    @staticmethod
+    def targets_of(metis: Metis, bases: Iterable[str] | None = None) -> list[Watched]:
+        """Return the folder sources of `bases` (default: every base) that are whole folders.
+
+        A source of single files, or one whose folder no longer exists, is left out with a log line.
+
+        Raises:
+            BaseNotFound: a base named does not exist.
+        """
+        names = list(bases) if bases else metis.base_names()
+        found: list[Watched] = []
+        for name in names:
+            for s in metis.sources(name):
+                root = Path(s.root) if s.root else None
+                if root is None or not s.whole_folder:
+                    log.info("base %r: source %r is single files, not a folder: not watched", name, s.name)
+                elif not root.is_dir():
+                    log.warning("base %r: folder %s of source %r does not exist: not watched", name, root, s.name)
+                else:
+                    found.append(Watched(name, root.resolve(), s.name))
+        return found
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the watcher to stop: it returns once the batch being written is committed."""
+        self.stop_event.set()
+
+    def run(self, *, catch_up: bool = True) -> None:
+        """Watch until :meth:`stop` (or KeyboardInterrupt, which propagates).
+
+        Args:
+            catch_up: index every target once first (what changed while nobody watched).
+        """
+        import watchfiles
+
+        bases = sorted({t.base for t in self.targets})
+        log.info("watching %s", ", ".join(f"{t.base}:{t.root}" for t in self.targets))
+        if catch_up:
+            self._state.pending.update(self.targets)
+        self._heartbeat(bases)
+        try:
+            self._watch(bases, watchfiles)
+        finally:
+            self._heartbeat(bases, leaving=True)
+
+    def _watch(self, bases: Sequence[str], watchfiles) -> None:
+        last_beat = time.monotonic()
+        self._run_pending()
+        # rust_timeout: the longest the file-event wait blocks (milliseconds); it returns an empty
+        # set then, for the heartbeat, retries and the stop request. No polling of the files.
+        for changes in watchfiles.watch(
+            *{t.root for t in self.targets}, watch_filter=_relevant, debounce=self.debounce_ms, step=QUIET_MS,
+            stop_event=self.stop_event, rust_timeout=int(min(self.heartbeat_s, self.retry_s) * 1000),
+            yield_on_timeout=True, raise_interrupt=True, recursive=True,
+        ):
+            if self.stop_event.is_set():
+                break
+            if changes:
+                touched = self._targets_touched(path for _, path in changes)
+                log.info("%d changes in %s", len(changes), ", ".join(sorted(f"{t.base}:{t.source}" for t in touched)))
+                self._state.pending.update(touched)
+            if time.monotonic() - last_beat >= self.heartbeat_s:
+                self._heartbeat(bases)
+                last_beat = time.monotonic()
+            self._run_pending()
+
+    def _targets_touched(self, paths: Iterable[str]) -> set[Watched]:
+        touched: set[Watched] = set()
+        for raw in paths:
+            path = Path(raw)
+            for t in self.targets:
+                if path == t.root or path.is_relative_to(t.root):
+                    touched.add(t)
+        return touched
+
+    def _run_pending(self) -> None:
+        """Index every pending target once; one that fails stays pending (retried after retry_s)."""
+        state = self._state
+        if not state.pending or time.monotonic() < state.retry_at:
+            return
+        for target in sorted(state.pending, key=lambda t: (t.base, str(t.root))):
+            if self.stop_event.is_set():
+                return
+            self.runs_started += 1
+            report, error = self._index(target)
+            self.runs += 1
+            if self.on_report:
+                self.on_report(target, report, error)
+            if error is None:
+                state.pending.discard(target)
+                if report is not None and report.chunks_without_vector:  # the model was down: embed later
+                    state.pending.add(target)
+                    state.retry_at = time.monotonic() + self.heartbeat_s
+                else:
+                    self._caught_up(target.base)
+            else:
+                state.retry_at = time.monotonic() + self.retry_s
+
+    def _index(self, target: Watched) -> tuple[IndexReport | None, str | None]:
+        if not target.root.is_dir():
+            return None, f"{target.root}: folder gone (moved or deleted): its documents are kept until it is back"
+        try:
+            return self.metis.index(target.base, target.root, source=target.source), None
+        except (DatabaseUnavailable, psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            message = getattr(exc, "message", None) or str(exc).strip() or type(exc).__name__
+            return None, f"database unavailable ({message}): tried again in {self.retry_s:g} s"
+        except MetisError as exc:  # base busy, a model error that is not "down", a refused folder
+            return None, f"{exc.code}: {exc.message}"
+
+    def _heartbeat(self, bases: Sequence[str], *, leaving: bool = False) -> None:
+        """Refresh the bases' ``watched_at`` (NULL when leaving); a database that is down is skipped."""
+        try:
+            with self.metis.pool.connection() as conn:
+                conn.execute("UPDATE bases SET watched_at = CASE WHEN %s THEN NULL ELSE now() END"
+                             " WHERE name = ANY(%s)", (leaving, list(bases)))
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            log.warning("watch: heartbeat not written (%s)", exc)
+
+    def _caught_up(self, base: str) -> None:
+        try:
+            with self.metis.pool.connection() as conn:
+                conn.execute("UPDATE bases SET caught_up_at = now(), watched_at = now() WHERE name = %s", (base,))
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            log.warning("watch: caught_up_at of %r not written (%s)", base, exc)
+
+
+def _relevant(change: object, path: str) -> bool:
+    """watchfiles filter: outside hidden files and folders (``.git``, editors' ``.swp``), a file
+    metis reads, a folder, or anything deleted or moved away (a folder gone is no longer a folder)."""
+    import watchfiles
+
+    if any(p.startswith(".") for p in Path(path).parts[1:]):
+        return False
+    return kind_of(path) is not None or change == watchfiles.Change.deleted or Path(path).is_dir()
+
+
+def resolve_targets(metis: Metis, base: str | None, paths: Sequence[Path]) -> list[Watched]:
+    """The folder sources ``metis watch PATHS --base B`` follows.
+
+    With PATHS: each must be a folder source of a base (of `base` when given); a folder that is
+    not one yet is indexed into `base` first. Without: every folder source of `base`, or of every base.
+
+    Raises:
+        InvalidInput: a path is not a folder, or PATHS without --base name folders no base holds.
+        BaseNotFound: `base` does not exist (and no PATHS to create it from).
+    """
+    if not paths:
+        return Watcher.targets_of(metis, [base] if base else None)
+    targets: list[Watched] = []
+    known = Watcher.targets_of(metis, [base] if base else None) if (base is None or base in metis.base_names()) else []
+    for p in paths:
+        root = Path(p).resolve()
+        if not root.is_dir():
+            raise InvalidInput(f"{p}: not a folder (metis watch follows folders)")
+        mine = [t for t in known if t.root == root]
+        if not mine:
+            if base is None:
+                raise InvalidInput(f"{p}: no base indexes this folder: name one with --base B (it is indexed first)")
+            metis.index(base, root)
+            mine = [t for t in Watcher.targets_of(metis, [base]) if t.root == root]
+        targets.extend(mine)
+    if base is not None and not targets:
+        raise BaseNotFound(f"no base named {base!r}")
+    return targets

@@ -1,0 +1,168 @@
+"""Watch mode (issue 21, part 3) on real files: a :class:`metis_pg.watch.Watcher` in a thread
+following a real folder (inotify through watchfiles), and ``metis watch`` as a real process
+stopped by SIGTERM (exit 0) and SIGINT (exit 130).
+
+Each check waits for what a user waits for (the document found, or gone) with a deadline, and
+never sleeps a fixed time to assume the watcher did something.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import metis_pg
+from metis_pg.errors import DatabaseUnavailable
+from metis_pg.watch import Watcher, resolve_targets
+
+from cli_runner import METIS_SCRIPT
+from corpus import write_corpus
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        time.sleep(0.2)
+
+
+def documents(metis: metis_pg.Metis, base: str) -> set[str]:
+    return {d.document for d in metis.documents(base)}
+
+
+def found_by_words(metis: metis_pg.Metis, base: str, word: str) -> set[str]:
+    return {r.citation.document for r in metis.search(base, word, mode="keyword", rerank=False).results}
+
+
+class Running:
+    """A Watcher in a thread, with every run's (report, error) kept."""
+
+    def __init__(self, metis: metis_pg.Metis, base: str, **options) -> None:
+        self.reports: list = []
+        self.watcher = Watcher(metis, resolve_targets(metis, base, []), debounce_ms=300, heartbeat_s=1.0,
+                               retry_s=0.5, on_report=lambda t, r, e: self.reports.append((r, e)), **options)
+        self.thread = threading.Thread(target=self.watcher.run, daemon=True)
+
+    def __enter__(self) -> "Running":
+        self.thread.start()
+        wait_for(lambda: self.watcher.runs >= 1, "the catch-up run")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.watcher.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the watcher did not stop"
+
+
+@pytest.fixture()
+def kb(tmp_path: Path) -> Path:
+    return write_corpus(tmp_path / "kb", {"lighthouse.txt": "Lighthouse keepers trim the wick every night.",
+                                          "guide/tides.md": "# Tides\n\nTides turn twice a day.\n"})
+
+
+@pytest.fixture()
+def watched(metis, base_name, kb) -> str:
+    report = metis.index(base_name, kb)
+    assert report.new == 2 and report.chunks_without_vector == 0
+    return base_name
+
+
+def test_create_modify_rename_delete_and_folders_moved_out_and_in(metis, watched, kb, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with Running(metis, watched) as running:
+        # create: a Markdown file with front matter, found by words and by meaning, with its tags
+        (kb / "fog.md").write_text("---\ntags: [Weather]\n---\nFoghorns sound every thirty seconds.\n")
+        wait_for(lambda: found_by_words(metis, watched, "foghorns") == {"fog.md"}, "a new file found by words")
+        wait_for(lambda: metis.base(watched).chunks_without_vector == 0, "its vector")
+        hit = metis.search(watched, "horn signal in fog", mode="dense", top_k=1, rerank=False).results[0]
+        assert hit.citation.document == "fog.md" and hit.citation.tags == ("weather",)
+        # modify
+        (kb / "fog.md").write_text("Foghorns sound every minute near the harbour.\n")
+        wait_for(lambda: found_by_words(metis, watched, "harbour") == {"fog.md"}, "a modified file")
+        # rename
+        (kb / "fog.md").rename(kb / "harbour.md")
+        wait_for(lambda: "harbour.md" in documents(metis, watched) and "fog.md" not in documents(metis, watched),
+                 "a renamed file")
+        # delete
+        (kb / "lighthouse.txt").unlink()
+        wait_for(lambda: "lighthouse.txt" not in documents(metis, watched), "a deleted file")
+        # a folder moved out of the watched folder, then back in
+        shutil.move(str(kb / "guide"), str(outside / "guide"))
+        wait_for(lambda: "guide/tides.md" not in documents(metis, watched), "a folder moved out")
+        shutil.move(str(outside / "guide"), str(kb / "guide"))
+        wait_for(lambda: "guide/tides.md" in documents(metis, watched), "a folder moved in")
+        # a file that fails is skipped with its reason, and watching goes on
+        (kb / "broken.pdf").write_bytes(b"%PDF-1.4 not really a pdf")
+        (kb / "after.txt").write_text("Buoys mark the channel.")
+        wait_for(lambda: found_by_words(metis, watched, "buoys") == {"after.txt"}, "a file after a failing one")
+
+        def failed() -> list:  # the run's report comes once it has embedded too (after the words are found)
+            return [f for r, _ in list(running.reports) if r for f in r.failed]
+
+        wait_for(lambda: any(f.path == "broken.pdf" and "broken.pdf" in f.reason for f in failed()),
+                 "the failing file reported with its reason")
+        info = metis.base(watched)
+        assert info.watched and info.caught_up_at is not None
+    assert not metis.base(watched).watched  # stopping says so
+
+
+def test_a_burst_of_changes_is_one_run(metis, watched, kb):
+    with Running(metis, watched) as running:
+        before = running.watcher.runs
+        burst = kb / "burst"
+        burst.mkdir()
+        for n in range(300):  # a checkout touching many files
+            (burst / f"note-{n:03d}.txt").write_text(f"Burst note number {n} about anchors.")
+        wait_for(lambda: len([d for d in documents(metis, watched) if d.startswith("burst/")]) == 300,
+                 "the burst indexed", timeout_s=240)
+        wait_for(lambda: running.watcher.runs > before, "the run counted")
+        runs = running.watcher.runs - before
+        reads = sum(r.read for r, _ in running.reports[-runs:] if r)
+    assert runs <= 2 and reads == 300, (runs, reads)  # not 300 runs: one (two if the burst straddled a pause)
+
+
+def test_the_database_failing_does_not_end_watching(metis, watched, kb, monkeypatch):
+    real_index = metis.index
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] <= 2:  # the database restarting: the first two runs cannot reach it
+            raise DatabaseUnavailable("the database is restarting (connection refused)")
+        return real_index(*args, **kwargs)
+
+    monkeypatch.setattr(metis, "index", flaky)
+    with Running(metis, watched) as running:
+        (kb / "storm.txt").write_text("Storm warnings are hoisted at the pier.")
+        wait_for(lambda: found_by_words(metis, watched, "storm") == {"storm.txt"}, "indexed once the database is back")
+        errors = [e for _, e in running.reports if e]
+    assert len(errors) == 2 and all("database unavailable" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_metis_watch_stops_cleanly_on_sigterm_and_ctrl_c(dsn, base_name, kb, sig, code):
+    env = {**os.environ}
+    proc = subprocess.Popen([str(METIS_SCRIPT), "watch", str(kb), "--base", base_name, "--dsn", dsn,
+                             "--debounce-ms", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out = proc.stdout.readline()  # "watching <folder> ...": the base is indexed and followed
+        assert "watching" in out, (out, proc.stderr.read() if proc.poll() is not None else "")
+        (kb / "gull.txt").write_text("Gulls follow the ferry.")
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, (proc.returncode, rest, err)
+    assert "Traceback" not in err, err
