@@ -164,7 +164,7 @@ def build_server(metis: Metis) -> MCPServer:
         try:
             if max_bytes is not None and max_bytes < 1:
                 raise InvalidInput(f"max_bytes must be a positive number of bytes, not {max_bytes}")
-            names = [bases] if isinstance(bases, str) else bases or metis.base_names()
+            names = [bases] if isinstance(bases, str) else bases or metis.base_names(for_reading=True)
             filters = {k: v for k, v in (
                 ("path_prefix", prefix), ("kinds", kinds), ("sources", sources), ("tags_any", tags),
                 ("tags_all", tags_all), ("exclude_tags", exclude_tags), ("authors", authors),

@@ -171,7 +171,7 @@ def bases_and_question(m: Metis, words: list[str], base: list[str] | None) -> tu
     """
     if base:
         return [n for b in base for n in _names(b)], " ".join(words)
-    known = m.base_names()
+    known = m.base_names(for_reading=True)
     if len(words) > 1:
         names = _names(words[0])
         unknown = [n for n in names if n not in known]
