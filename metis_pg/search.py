@@ -42,7 +42,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from . import retrieval, sqlfiles, storage
+from . import fusion as fusion_functions, query_syntax, retrieval, sqlfiles, storage
 from .chunking import embedding_text
 from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
@@ -89,8 +89,10 @@ def check_request(names: Sequence[str], question: str, top_k: int, mode: str = "
 def check_fusion(fusion: dict[str, Any] | None) -> dict[str, Any]:
     """Check a search's override of its bases' fusion parameters; return it (a new dict, {} for None).
 
-    `fusion` holds any of ``rrf_k`` (1 to 10,000), ``dense_weight`` and ``keyword_weight``
-    (finite, >= 0, not both 0), as :class:`~metis_pg.config.BaseSpec` checks them.
+    `fusion` holds any of ``fusion`` (``rrf`` or ``convex``), ``normalization`` (``tmm`` or
+    ``minmax``), ``alpha`` (0 to 1), ``routing`` (true/false), ``rrf_k`` (1 to 10,000),
+    ``dense_weight`` and ``keyword_weight`` (finite, >= 0, not both 0), as
+    :class:`~metis_pg.config.BaseSpec` checks them.
 
     Raises:
         InvalidInput: not a dict, an unknown key, or a value out of range.
@@ -107,7 +109,7 @@ def check_fusion(fusion: dict[str, Any] | None) -> dict[str, Any]:
     problem = fusion_problem(**given)
     if problem:
         raise InvalidInput(f"fusion: {problem}")
-    return {k: float(v) if k != "rrf_k" else v for k, v in given.items()}
+    return {k: float(v) if k in ("dense_weight", "keyword_weight", "alpha") else v for k, v in given.items()}
 
 
 def rerank_candidates(top_k: int) -> int:
@@ -129,6 +131,12 @@ class SearchRequest:
     rerank: bool | None = None
     filters: retrieval.Filters = field(default_factory=retrieval.Filters)
     fusion: dict[str, Any] = field(default_factory=dict)
+    parsed: query_syntax.ParsedQuestion | None = None
+
+    @property
+    def searched(self) -> str:
+        """What is embedded and tokenized: the question without its ``-word`` exclusions."""
+        return self.parsed.text if self.parsed is not None else self.question
 
     @classmethod
     def build(
@@ -149,14 +157,15 @@ class SearchRequest:
                 (any of them) for this search; see :func:`check_fusion`.
 
         Raises:
-            InvalidInput: as :func:`check_request`, a bad filter, or a bad fusion override.
+            InvalidInput: as :func:`check_request`, a bad filter, a bad fusion override, or a
+                question of ``-word`` exclusions only (:func:`metis_pg.query_syntax.parse`).
         """
         names = (bases,) if isinstance(bases, str) else tuple(dict.fromkeys(bases))
         check_request(names, question, top_k, mode)
         if not isinstance(filters, retrieval.Filters):
             filters = retrieval.Filters.from_mapping(filters)
         return cls(bases=names, question=question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
-                   fusion=check_fusion(fusion))
+                   fusion=check_fusion(fusion), parsed=query_syntax.parse(question))
 
     def spec_for(self, spec: BaseSpec) -> BaseSpec:
         """Return a base's spec with this request's fusion override applied.
@@ -241,7 +250,7 @@ class SearchPipeline:
             warnings.append(SearchWarning("NO_WORDS", f"the question {request.question.strip()!r} holds no word, only "
                                                       "punctuation or symbols: nothing was searched"))
             return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
-                          fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),
+                          fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, {}, mode),
                           took=Took(total=(time.perf_counter() - started) * 1000))
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
@@ -251,7 +260,8 @@ class SearchPipeline:
             fetch = max(top_k, rerank_candidates(top_k))
         else:
             fetch = top_k
-        terms = query_terms(request.question) if mode != "dense" else []
+        terms = query_terms(request.searched) if mode != "dense" else []
+        parsed = request.parsed or query_syntax.parse(request.question)
 
         # One statement per group of bases sharing a model and the BM25 / fusion parameters.
         groups: dict[tuple, list[storage.BaseRow]] = {}
@@ -260,6 +270,7 @@ class SearchPipeline:
         vectors: dict[tuple, Any] = {}  # the question's vector per embedding service
         took = {"embed": 0.0, "dense": 0.0, "keyword": 0.0, "fuse": 0.0}
         lists: list[tuple[int, list[retrieval.Candidate]]] = []
+        plans: dict[str, tuple[fusion_functions.Plan, retrieval.Candidate | None]] = {}
         for group in groups.values():
             spec = specs[group[0].base_id]
             service = embedding_service(spec)
@@ -267,8 +278,10 @@ class SearchPipeline:
                 t0 = time.perf_counter()
                 vectors[service] = self._embed_question(spec, request, warnings)
                 took["embed"] += (time.perf_counter() - t0) * 1000
+            plan = fusion_functions.plan(spec, request.question)
             found, legs = self._search_group([r.base_id for r in group], spec, vectors.get(service), terms,
-                                             fetch, request)
+                                             fetch, request, plan, parsed)
+            plans[group[0].name] = (plan, found[0] if found else None)
             lists.append((spec.rrf_k, found))
             took["dense"] += legs.dense
             took["keyword"] += legs.keyword
@@ -288,7 +301,7 @@ class SearchPipeline:
             head, tail = candidates[:rerank_candidates(top_k)], candidates[rerank_candidates(top_k):]
             try:
                 scores = self.reranker_for(reranker_spec).rerank(
-                    request.question, [embedding_text(c.title, c.headings, c.text) for c in head]
+                    request.searched, [embedding_text(c.title, c.headings, c.text) for c in head]
                 )
             except RerankerUnavailable as exc:
                 warnings.append(SearchWarning("FUSED_ORDER", f"{exc.message}: results in the fused order"))
@@ -303,15 +316,19 @@ class SearchPipeline:
 
         if count:  # SPEC F20: a count per base, day and mode; never the question. Never fails nor delays a search
             counts_of(self.count_pool).add([r.base_id for r in rows], mode)
+        if parsed.phrases and not candidates:
+            warnings.append(SearchWarning("PHRASE_NOT_FOUND", "no chunk holds " + " and ".join(
+                f'"{p}"' for p in parsed.phrases) + " as written (words in that order)"))
         return Ranked(
             request=request, candidates=candidates, rerank_scores=rerank_scores, reranked=reranked,
-            warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}),
+            warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, plans, mode),
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
         )
 
     def _search_group(self, base_ids: list[int], spec: BaseSpec, vector: Any, terms: list[str], fetch: int,
-                      request: SearchRequest) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
+                      request: SearchRequest, plan: fusion_functions.Plan,
+                      parsed: query_syntax.ParsedQuestion) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
         """Run the hybrid statement for bases sharing a model and parameters: one statement for
         one base; for several, one statement per base on connections of their own, at once,
         fused as one statement over them all would (:func:`metis_pg.retrieval.fuse_bases`).
@@ -323,10 +340,12 @@ class SearchPipeline:
         """
         def one(base_id: int, rows: int) -> tuple[list[retrieval.Candidate], retrieval.LegTimes]:
             with self.pool.connection() as conn:
+                # A quoted phrase: only the chunks holding it; -word: never the chunks holding it (issue 20).
+                only = retrieval.phrase_chunks(conn, [base_id], parsed.phrases) if parsed.phrases else None
                 return retrieval.run_search(
                     conn, base_ids=[base_id], model=spec.fingerprint, query_embedding=vector, terms=terms,
                     top_k=rows, legs_top_k=request.top_k, filters=request.filters, k1=spec.k1, b=spec.b,
-                    rrf_k=spec.rrf_k, dense_weight=spec.dense_weight, keyword_weight=spec.keyword_weight)
+                    plan=plan, only_chunks=only, exclude_terms=parsed.excluded)
 
         if len(base_ids) == 1:
             return one(base_ids[0], fetch)
@@ -335,8 +354,7 @@ class SearchPipeline:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="metis-base") as executor:
             answers = list(executor.map(lambda base_id: one(base_id, every), base_ids))
         fused = retrieval.fuse_bases([found for found, _ in answers], legs_top_k=request.top_k, top_k=fetch,
-                                     rrf_k=spec.rrf_k, dense_weight=spec.dense_weight,
-                                     keyword_weight=spec.keyword_weight)
+                                     plan=plan)
         return fused, retrieval.LegTimes(dense=max(t.dense for _, t in answers),
                                          keyword=max(t.keyword for _, t in answers),
                                          fuse=max(t.fuse for _, t in answers))
@@ -360,7 +378,7 @@ class SearchPipeline:
 
     def _embed_question(self, spec: BaseSpec, request: SearchRequest, warnings: list[SearchWarning]) -> Any:
         try:
-            return self.embedder_for(spec).embed_queries([request.question])[0]
+            return self.embedder_for(spec).embed_queries([request.searched])[0]
         except EmbeddingModelUnavailable as exc:
             if request.mode == "dense":  # SPEC F14: refused with EMBEDDING_MODEL_UNAVAILABLE, whatever failed
                 if type(exc) is EmbeddingModelUnavailable:
@@ -399,22 +417,48 @@ def embedding_service(spec: BaseSpec) -> tuple:
 def statement_key(spec: BaseSpec) -> tuple:
     """What bases must share to be searched by one statement: the same :func:`embedding_service`
     and the same k1, b, rrf_k, dense_weight and keyword_weight (the statement takes one of each)."""
-    return (*embedding_service(spec), spec.k1, spec.b, spec.rrf_k, spec.dense_weight, spec.keyword_weight)
+    return (*embedding_service(spec), spec.k1, spec.b, *(getattr(spec, f) for f in FUSION_FIELDS))
 
 
-def fusion_echo(specs: dict[str, BaseSpec]) -> dict[str, Any]:
-    """Return the fusion parameters a search used, for its answer (``SearchResponse.fusion``).
+def fusion_echo(specs: dict[str, BaseSpec], plans: dict[str, tuple[fusion_functions.Plan, Any]] | None = None,
+                mode: str = "hybrid") -> dict[str, Any]:
+    """Return the fusion a search used, for its answer (``SearchResponse.fusion``).
 
-    ``{"rrf_k": 60, "dense_weight": 1.0, "keyword_weight": 1.0}`` when every base searched
-    used the same (the usual case); else ``{"per_base": {base: {"rrf_k", "dense_weight",
-    "keyword_weight"}}}``: each base's own, its list merged with the others' by RRF over
-    ranks, each with its own rrf_k (:func:`merge_by_rank`).
+    The parameters of :data:`~metis_pg.config.FUSION_FIELDS` (``fusion``, ``normalization``,
+    ``alpha``, ``routing``, ``rrf_k``, ``dense_weight``, ``keyword_weight``) when every base
+    searched used the same (the usual case); else ``{"per_base": {base: {...}}}``: each base's
+    own, its list merged with the others' by RRF over ranks, each with its own rrf_k
+    (:func:`merge_by_rank`). A hybrid search also gets ``route`` (of its first statement, or per
+    base): ``dense_share`` (the dense leg's share it fused with: rrf weights ``W * share`` and
+    ``W * (1 - share)``, or convex's alpha), ``features`` (the routing features that fired, see
+    :mod:`metis_pg.routing`), ``absent_share`` and ``bm25_ratio`` (the statement's figures).
     """
     used = {name: {f: getattr(spec, f) for f in FUSION_FIELDS} for name, spec in specs.items()}
+    routes = {name: _route(plan, first) for name, (plan, first) in (plans or {}).items()} if mode == "hybrid" else {}
     distinct = {tuple(u.values()) for u in used.values()}
     if len(distinct) <= 1:
-        return next(iter(used.values()), {})
+        echo = dict(next(iter(used.values()), {}))
+        if routes:
+            echo["route"] = next(iter(routes.values()))
+        return echo
+    for name, route in routes.items():
+        used[name]["route"] = route
     return {"per_base": used}
+
+
+def _route(plan: fusion_functions.Plan, first: Any) -> dict[str, Any]:
+    """What routing did for one statement (``answer.fusion.route``)."""
+    fired = list(plan.fired)
+    share = plan.dense_share
+    absent = ratio = None
+    if first is not None:
+        share = first.share if first.share is not None else share
+        absent, ratio = first.absent_share, first.bm25_ratio
+        if plan.route_absent and absent:
+            fired.append("absent")
+        if plan.route_weak and ratio is not None and ratio < plan.weak_ratio:
+            fired.append("weak_bm25")
+    return {"dense_share": share, "features": fired, "absent_share": absent, "bm25_ratio": ratio}
 
 
 def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k: int) -> list[retrieval.Candidate]:
@@ -527,7 +571,7 @@ def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
 def to_response(ranked: Ranked) -> SearchResponse:
     """Return the SPEC F13 answer of a pipeline run: its first ``top_k`` candidates, cited and scored."""
     request = ranked.request
-    question_terms = query_terms(request.question)
+    question_terms = query_terms(request.searched)
     results = []
     for c in ranked.candidates[: request.top_k]:
         rerank = ranked.rerank_scores.get(c.chunk_id)

@@ -17,7 +17,7 @@ from corpus import write_handbook
 from metis_pg import migrate
 from model_servers import free_port
 
-SCORES_LINE = re.compile(r"^   meaning \d\.\d{3} \(#\d+\) · words \d+\.\d{2} \(#\d+\) · fused 0\.0\d{3}$")
+SCORES_LINE = re.compile(r"^   meaning \d\.\d{3}( \(#\d+\))? · words \d+\.\d{2}( \(#\d+\))? · fused [01]\.\d{4}$")
 
 
 @pytest.fixture()
@@ -62,7 +62,7 @@ def test_search_prints_citation_heading_path_snippet_and_scores(dsn, metis, inde
     # The snippet is printed as it is: brackets of Markdown links are not console markup.
     assert lines[1].startswith("   ") and "[the leave form](forms/leave.pdf)" in lines[1]
     assert SCORES_LINE.match(lines[2]), lines[2]
-    assert re.match(r"^hybrid · took \d+ ms \(embed \d+, dense \d+, keyword \d+, fuse \d+, rerank \d+\)$", lines[-1])
+    assert re.match(r"^hybrid( · routed \([a-z_, ]+: dense share \d\.\d\d\))? · took \d+ ms \(embed \d+, dense \d+, keyword \d+, fuse \d+, rerank \d+\)$", lines[-1])
 
 
 def test_search_json_is_the_api_answer(dsn, metis, indexed):

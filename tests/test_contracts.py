@@ -117,14 +117,16 @@ def _newest_versions(names: list[str]) -> list[str]:
 
 
 def test_function_files_are_what_the_database_runs(metis):
-    assert "search/bm25_top_k.v3" in _newest_versions(FUNCTION_FILES)
+    assert "search/bm25_top_k.v4" in _newest_versions(FUNCTION_FILES)
     with metis.pool.connection() as conn:
         for name in _newest_versions(FUNCTION_FILES):
             text = sqlfiles.load(name)
-            function = re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", text)[1]
-            body = text.split("$function$")[1]
-            stored = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,)).fetchall()
-            assert stored == [(body,)], f"{name}: the database's {function} is not the file's (a new version needs a migration)"
+            # A file may define several functions (bm25_top_k.v4: bm25_top_k, bm25_chunk_scores), and a
+            # name may have several overloads (bm25_top_k of v3, 7 arguments, and of v4, 9): each body must be one stored.
+            for function, body in re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(.*?\$function\$(.*?)\$function\$",
+                                             text, re.S):
+                stored = [r[0] for r in conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,))]
+                assert body in stored, f"{name}: the database's {function} is not the file's (a new version needs a migration)"
 
 
 def test_sql_files_exist():

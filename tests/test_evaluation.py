@@ -85,10 +85,14 @@ def test_a_page_judgment_is_any_passage_of_that_page():
 
 @pytest.mark.parametrize("question", [
     "PO-2231 approval", "error E4021", "db.max_pool_size default", "ECONNREFUSED 127.0.0.1:5432",
-    '"Authorization: Bearer" token', "useState hook", "TW-0317 古籍除湿", "ZH_API-77 回调失败",
+    "useState hook", "TW-0317 古籍除湿", "ZH_API-77 回调失败",
 ])
 def test_identifier_like_questions(question):
     assert query_type(question) == "identifier"
+
+
+def test_a_quoted_phrase_is_its_own_type():
+    assert query_type('"Authorization: Bearer" token') == query_type('“reset the router”') == "phrase"
 
 
 @pytest.mark.parametrize("question", [

@@ -113,7 +113,7 @@ def test_search_command_takes_bases_separated_by_commas(metis, bases):
 def test_a_statement_per_base_fuses_exactly_as_one_statement_over_both(metis, bases):
     """Issue 22: several bases are searched one statement per base, at once, and fused in Python;
     the answer is the one statement's over both (same ranks in both legs, same fused scores)."""
-    from metis_pg import retrieval, storage
+    from metis_pg import fusion, retrieval, storage
     from metis_pg.config import BaseSpec
     from metis_pg.tokenizer import query_terms
 
@@ -127,8 +127,7 @@ def test_a_statement_per_base_fuses_exactly_as_one_statement_over_both(metis, ba
         with metis.pool.connection() as conn:
             one, _ = retrieval.run_search(conn, base_ids=[r.base_id for r in rows], model=spec.fingerprint,
                                           query_embedding=embedding, terms=terms, top_k=6, filters=retrieval.Filters(),
-                                          k1=spec.k1, b=spec.b, rrf_k=spec.rrf_k, dense_weight=spec.dense_weight,
-                                          keyword_weight=spec.keyword_weight, compounds=False)
+                                          k1=spec.k1, b=spec.b, plan=fusion.plan(spec, question), compounds=False)
         answer = metis.search([bases.handbook, bases.wiki], question, mode=mode, top_k=6)
         assert [(r.chunk_id, r.scores.dense_rank, r.scores.keyword_rank) for r in answer.results] == \
             [(c.chunk_id, c.dense_rank, c.keyword_rank) for c in one], mode

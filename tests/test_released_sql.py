@@ -48,6 +48,7 @@ RELEASED: dict[str, tuple[str, str]] = {
     "analyst/set_limits": ("0014", "3fe2208c9696badd527a4e9f519bbf23ac0c01b1a33e6c4e538f47d8e168f590"),
     "views/documents.v1": ("0015", "5d2f4b74cb4da69a70858c3894426c8e75796744d3619712fea83c106d06ad2d"),
     "views/chunk_citations.v4": ("0015", "cc1814d3abf27c00234da0d85cb7137667ce421fbc7c764b1c871d6d77a468c2"),
+    "search/bm25_top_k.v4": ("0016", "8486b7750e346d718ae20c4eccceb089d8e791c00e715cbfb054bc81b63eeaf4"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
@@ -152,8 +153,12 @@ def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_da
     assert _running(fresh_database, "bm25_top_k") == []
     migrate.upgrade(fresh_database, "0011")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
-    migrate.upgrade(fresh_database)
+    migrate.upgrade(fresh_database, "0014")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
+    migrate.upgrade(fresh_database)
+    # 0016 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
+    assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
+        [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
     migrate.downgrade(fresh_database, "0012")
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
     migrate.downgrade(fresh_database, "0011")

@@ -202,10 +202,11 @@ def test_cli_shows_the_reranker_score_under_each_result(dsn, items_base, reranke
     result = run_cli("search", items_base, QUESTION, "--top-k", "5", "--dsn", dsn)
     assert result.code == 0, result.stderr
     assert len(received_items(reranker)) == 1
-    lines = [line for line in result.stdout.splitlines() if "fused 0.0" in line]
+    # The fused score: convex by default (issue 20), in [0, 1].
+    lines = [line for line in result.stdout.splitlines() if " · fused " in line]
     assert len(lines) == 5
-    assert all(re.search(r" · fused 0\.0\d{3} · reranker [01]\.\d{3}$", line) for line in lines), lines
-    assert "hybrid · reranked" in result.stdout
+    assert all(re.search(r" · fused [01]\.\d{4} · reranker [01]\.\d{3}$", line) for line in lines), lines
+    assert re.search(r"^hybrid( · routed \([a-z_, ]+: dense share \d\.\d\d\))? · reranked", result.stdout, re.M)
 
 
 # -- a reranker that fails: fused order, with a warning ---------------------------

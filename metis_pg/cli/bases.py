@@ -38,6 +38,14 @@ def base_create(
         help=f"Weight of the dense leg in the fusion (>= 0). Default {SPEC.dense_weight:g}.")] = None,
     keyword_weight: Annotated[Optional[float], typer.Option(
         help=f"Weight of the keyword leg in the fusion (>= 0). Default {SPEC.keyword_weight:g}.")] = None,
+    fusion: Annotated[Optional[str], typer.Option(
+        help=f"Fusion function: rrf or convex. Default {SPEC.fusion}.")] = None,
+    normalization: Annotated[Optional[str], typer.Option(
+        help=f"convex: tmm or minmax. Default {SPEC.normalization}.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(
+        help=f"convex: the dense leg's share (0-1). Default {SPEC.alpha:g}.")] = None,
+    routing: Annotated[Optional[bool], typer.Option(
+        "--routing/--no-routing", help=f"Per-question routing. Default {'on' if SPEC.routing else 'off'}.")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -54,6 +62,8 @@ def base_create(
             reranker_url=reranker_url, model_timeout_s=model_timeout_s, chunk_size=chunk_size,
             embedding_protocol=embedding_protocol, reranker_protocol=reranker_protocol,
             rrf_k=rrf_k, dense_weight=dense_weight, keyword_weight=keyword_weight,
+            **{k: v for k, v in {"fusion": fusion, "normalization": normalization, "alpha": alpha,
+                                 "routing": routing}.items() if v is not None},
         )
     if as_json:
         r.json(info.to_dict())

@@ -269,15 +269,27 @@ def status_line(i) -> str:
 
 
 def fusion_note(fusion: dict[str, Any]) -> str:
-    """Return `` · weights 1.5:1 · rrf_k 20`` for the fusion parts that are not the defaults, ``""`` else."""
+    """Return `` · rrf · weights 1.5:1 · rrf_k 20`` (or `` · convex tmm alpha 0.6``) for the fusion parts
+    that are not the defaults, and the routing features that fired; ``""`` else."""
     if "per_base" in fusion:
         return " · fusion per base"
     note = ""
-    if (fusion.get("dense_weight", SPEC.dense_weight), fusion.get("keyword_weight", SPEC.keyword_weight)) != (
-            SPEC.dense_weight, SPEC.keyword_weight):
-        note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
-    if fusion.get("rrf_k", SPEC.rrf_k) != SPEC.rrf_k:
-        note += f" · rrf_k {fusion['rrf_k']}"
+    function = fusion.get("fusion", SPEC.fusion)
+    if function == "convex":
+        if (function, fusion.get("normalization"), fusion.get("alpha")) != (
+                SPEC.fusion, SPEC.normalization, SPEC.alpha):
+            note += f" · convex {fusion.get('normalization')} alpha {fusion.get('alpha'):g}"
+    else:
+        if function != SPEC.fusion:
+            note += f" · {function}"
+        if (fusion.get("dense_weight", SPEC.dense_weight), fusion.get("keyword_weight", SPEC.keyword_weight)) != (
+                SPEC.dense_weight, SPEC.keyword_weight):
+            note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
+        if fusion.get("rrf_k", SPEC.rrf_k) != SPEC.rrf_k:
+            note += f" · rrf_k {fusion['rrf_k']}"
+    route = fusion.get("route") or {}
+    if route.get("features"):
+        note += f" · routed ({', '.join(route['features'])}: dense share {route['dense_share']:.2f})"
     return note
 
 

@@ -71,6 +71,12 @@ def search(
                           "(default: the base's, 2:1 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {SPEC.rrf_k} unless set at creation).")] = None,
+    fusion_function: Annotated[Optional[str], typer.Option(
+        "--fusion", help="rrf (ranks) or convex (normalized scores); default: the base's.")] = None,
+    alpha: Annotated[Optional[float], typer.Option(
+        "--alpha", help="convex: the dense leg's share, 0-1; default: the base's.")] = None,
+    routing: Annotated[Optional[bool], typer.Option(
+        "--routing/--no-routing", help="Shift the dense share per question from its features; default: the base's.")] = None,
     min_score: Annotated[Optional[float], typer.Option(
         "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
@@ -86,6 +92,10 @@ def search(
 ) -> None:
     """Search one or several bases (default: every base); print cited passages with their scores.
 
+    In the question, "a quoted phrase" keeps only passages holding it, and -word drops passages
+    holding the word: metis search docs '"reset the router" -legacy' (one argument; a question
+    starting with "-" goes after "--": metis search -- docs "-legacy router").
+
     \b
     Examples:
       metis search docs "how many vacation days" -n 5 --weights 1.5:1
@@ -95,6 +105,7 @@ def search(
       metis search docs "vacation" --md --min-score 0.02     # cited passages to paste
       metis search docs "vacation" --files -n 3              # the 3 best documents' paths
       metis search docs "leave" --tag hr --since 2024-01-01 --meta status=final
+      metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
     """
     from ..formats import cut_below, search_output
 
@@ -103,6 +114,9 @@ def search(
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None,
                **metadata_filters(tag, tags_all, exclude_tag, author, category, since, until, exclude, meta)}
     fusion = fusion_option(weights, rrf_k)
+    extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
+    if any(v is not None for v in extra.values()):
+        fusion = {**(fusion or {}), **{k: v for k, v in extra.items() if v is not None}}
     if compare:
         if mode is not None:
             raise InvalidInput(f"--compare asks all three modes (hybrid, dense, keyword): drop --mode {mode}")
@@ -157,7 +171,7 @@ def bases_and_question(m: Metis, words: list[str], base: list[str] | None) -> tu
     """
     if base:
         return [n for b in base for n in _names(b)], " ".join(words)
-    known = m.base_names()
+    known = m.base_names(for_reading=True)
     if len(words) > 1:
         names = _names(words[0])
         unknown = [n for n in names if n not in known]

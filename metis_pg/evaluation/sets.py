@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +21,9 @@ __all__ = ["QUERY_TYPES", "Judgment", "EvalQuery", "EvalSet", "load_beir", "load
 
 
 from ..errors import InvalidInput
+from ..routing import has_quoted_phrase, identifier_words
 
-QUERY_TYPES = ("identifier", "natural")
+QUERY_TYPES = ("identifier", "natural", "phrase")
 
 
 # -- evaluation sets -----------------------------------------------------------
@@ -284,14 +283,9 @@ def load(source: str | Path, *, cache_root: str | Path) -> EvalSet:
 
 # -- query types ---------------------------------------------------------------
 
-_QUOTED = re.compile(r"[\"“”«»„].+?[\"“”«»]")
-_JOINED = re.compile(r"[^\W_][_./:\\#@]+[^\W_]|[^\W_]_|_[^\W_]|::")
-_CAMEL = re.compile(r"[a-z][A-Z]")
-_CAPS = re.compile(r"^[A-Z]{5,}$")
-
-
 def query_type(question: str) -> str:
-    """Return ``"identifier"`` when the question names something exactly, else ``"natural"``.
+    """Return ``"phrase"`` for a question holding a quoted phrase, ``"identifier"`` when it names
+    something exactly, else ``"natural"``.
 
     A question is identifier-like when one of its words (split on spaces, outer
     punctuation stripped) is
@@ -300,25 +294,13 @@ def query_type(question: str) -> str:
     - letters or digits joined by ``_ . / : \\ # @`` (not by a hyphen alone):
       ``db.max_pool_size``, ``127.0.0.1:5432``, ``config/app.yaml``, ``std::vector``;
     - camelCase: ``getUserById``, ``QinglanPay``;
-    - five or more capitals: ``ECONNREFUSED``;
+    - five or more capitals: ``ECONNREFUSED``.
 
-    or when it holds a quoted phrase (``"Authorization: Bearer"``). Plain words,
-    hyphenated words (``state-of-the-art``), short acronyms (``API``, ``CAP``) and
-    numbers alone (``1984``) leave a question natural.
+    A quoted phrase (``"Authorization: Bearer" token``) makes it ``phrase`` (issue 20; it was
+    counted identifier-like before). Plain words, hyphenated words (``state-of-the-art``),
+    short acronyms (``API``, ``CAP``) and numbers alone (``1984``) leave a question natural.
+    The word rules are :func:`metis_pg.routing.identifier_words`.
     """
-    text = unicodedata.normalize("NFKC", question)
-    if _QUOTED.search(text):
-        return "identifier"
-    for word in text.split():
-        word = word.strip("\"'“”‘’«»„()[]{}<>,;!?¿¡。、，？！")
-        word = word.rstrip(".:")
-        if not word:
-            continue
-        has_letter = any(ch.isalpha() for ch in word)
-        has_digit = any(ch.isdigit() for ch in word)
-        ascii_word = word.isascii()
-        if has_letter and has_digit and ascii_word:
-            return "identifier"
-        if _JOINED.search(word) or _CAMEL.search(word) or _CAPS.match(word):
-            return "identifier"
-    return "natural"
+    if has_quoted_phrase(question):
+        return "phrase"
+    return "identifier" if identifier_words(question) else "natural"

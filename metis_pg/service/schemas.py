@@ -80,9 +80,22 @@ Weight = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 RrfK = Annotated[StrictInt, Field(ge=1, le=10_000)]
 
 
+#: The dense leg's share in a convex combination.
+Alpha = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
+
+
 class FusionIn(_Body):
     """Overrides the bases' fusion parameters for one search (any of them; the rest from each base's spec):
-    ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``."""
+    ``rrf``: ``fused = dense_weight / (rrf_k + dense_rank) + keyword_weight / (rrf_k + keyword_rank)``;
+    ``convex``: ``alpha * N(cosine) + (1 - alpha) * N(BM25)`` (docs/search.md)."""
+
+    fusion: Literal["rrf", "convex"] | None = Field(
+        None, description=f"fusion function; default the base's ({_SPEC.fusion} unless set at creation)")
+    normalization: Literal["tmm", "minmax"] | None = Field(
+        None, description=f"convex: score normalization; default the base's ({_SPEC.normalization})")
+    alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default the base's ({_SPEC.alpha:g})")
+    routing: StrictBool | None = Field(
+        None, description=f"shift the dense share per question from its features; default the base's ({_SPEC.routing})")
 
     rrf_k: RrfK | None = Field(
         None, description=f"RRF constant; default the base's ({_SPEC.rrf_k} unless set at creation)")
@@ -153,6 +166,11 @@ class CreateBaseIn(_Body):
         None, description=f"weight of the dense leg in the fusion (not both 0); default {_SPEC.dense_weight:g}")
     keyword_weight: Weight | None = Field(
         None, description=f"weight of the keyword leg in the fusion; default {_SPEC.keyword_weight:g}")
+    fusion: Literal["rrf", "convex"] | None = Field(None, description=f"fusion function; default {_SPEC.fusion}")
+    normalization: Literal["tmm", "minmax"] | None = Field(
+        None, description=f"convex: score normalization; default {_SPEC.normalization}")
+    alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default {_SPEC.alpha:g}")
+    routing: StrictBool | None = Field(None, description=f"per-question routing; default {_SPEC.routing}")
 
 
 class IndexIn(_Body):
@@ -247,10 +265,16 @@ class FusionOut(BaseModel):
     """The fusion parameters used: these three when every base searched used the same, else
     ``per_base`` alone (base name → these three)."""
 
+    fusion: str | None = None
+    normalization: str | None = None
+    alpha: float | None = None
+    routing: bool | None = None
     rrf_k: int | None = None
     dense_weight: float | None = None
     keyword_weight: float | None = None
-    per_base: dict[str, dict[str, float]] | None = None
+    route: dict[str, Any] | None = Field(None, description="hybrid: dense_share, features fired, absent_share, "
+                                                          "bm25_ratio (docs/search.md, Routing)")
+    per_base: dict[str, dict[str, Any]] | None = None
 
 
 class SearchOut(BaseModel):

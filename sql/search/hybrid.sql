@@ -1,5 +1,6 @@
--- Hybrid search: dense leg + keyword leg + reciprocal-rank fusion, ONE statement.
--- SPEC F5 (dense), F6 (BM25), F7 (RRF), F9 (modes), F10 (filters in both legs).
+-- Hybrid search: dense leg + keyword leg + fusion of their complete scores, ONE statement.
+-- SPEC F5 (dense), F6 (BM25), F7 (RRF), F9 (modes), F10 (filters in both legs); issue 20 (complete
+-- scores, convex combination, routing, phrases and exclusions).
 --
 -- Modes: a NULL query_embedding switches the dense leg off (mode keyword); an
 -- empty terms array switches the keyword leg off (mode dense).
@@ -11,10 +12,18 @@
 --   %(terms)s           text[]   the question's distinct BM25 terms (metis_pg.tokenizer.query_terms)
 --   %(term_weights)s    float8[] parallel to %(terms)s: each term's BM25 contribution is multiplied by
 --                                its weight (compound expansions weigh less); NULL = all 1.0
+--   %(asked_terms)s     text[]   the question's own terms (no compound): routing's share of absent words
 --   %(k1)s, %(b)s       float8   BM25 parameters (SPEC: 1.2, 0.75)
+--   %(fusion)s          text     'rrf' (weighted reciprocal rank) or 'convex' (of normalized scores)
+--   %(normalization)s   text     convex only: 'minmax' (over the candidates) or 'tmm' (theoretical min)
 --   %(rrf_k)s           int      RRF constant (SPEC: 60)
---   %(dense_weight)s, %(keyword_weight)s  float8  weights of each leg in the fusion, >= 0, not both 0
---                       (BaseSpec's defaults: metis_pg/config.py; a search may override them)
+--   %(weight_sum)s      float8   rrf: dense_weight + keyword_weight (> 0)
+--   %(dense_share)s     float8   the dense leg's share in [0, 1] before the statement's own routing:
+--                                rrf weights are weight_sum * share and weight_sum * (1 - share);
+--                                convex alpha = share (metis_pg.fusion, metis_pg.routing)
+--   %(route_absent)s    float8   added to the share times the share of asked_terms no chunk holds
+--   %(route_weak)s      float8   added to the share when the best BM25 is below %(weak_ratio)s of its bound
+--   %(weak_ratio)s      float8   see route_weak
 --   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
 --   %(top_k)s           int      fused rows returned
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
@@ -31,6 +40,9 @@
 --   %(unfiltered)s      boolean  true when every filter is NULL: the legs then skip the
 --                                allowed_documents semi-join (folded away in a custom plan, which
 --                                also lets the dense scan run in parallel)
+--   %(only_chunks)s     bigint[] NULL = no phrase; else only these chunks are ranked (those holding
+--                                every quoted phrase of the question, found by metis_pg.query)
+--   %(exclude_terms)s   text[]   NULL = none; else chunks holding any of these terms are never ranked
 --
 -- Formulas:
 --   dense   = 1 - cosine distance (pgvector <=>), exact sequential scan, ties by chunk_id.
@@ -38,15 +50,23 @@
 --             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
 --             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
 --             Exact top leg_limit over posting blocks, with MaxScore and block-max pruning
---             (see "The keyword leg" below).
---   fused   = sum over the legs that found the chunk of weight / (rrf_k + rank), ranks from 1
---             (Cormack, Clarke & Buettcher, SIGIR 2009).
+--             (sql/search/bm25_top_k.v4.sql).
+--   complete scores: every candidate either leg kept gets the other leg's exact score too (cosine
+--             by chunk id; BM25 by bm25_chunk_scores, 0 when it holds no term); ranks stay the
+--             legs' own (NULL when the leg did not keep the chunk).
+--   rrf     = wd / (rrf_k + dense_rank) + wk / (rrf_k + keyword_rank), a missing rank adding 0
+--             (Cormack, Clarke & Buettcher, SIGIR 2009, a weight per list).
+--   convex  = alpha * N(dense) + (1 - alpha) * N(keyword) (Bruch, Gai & Ingber, ACM TOIS 2023):
+--             minmax N(s) = (s - min) / (max - min) over the candidates; tmm N(s) = (s - inf) /
+--             (max - inf) with the theoretical inf (cosine -1, BM25 0); a missing score is 0.
 --
 -- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
 -- citation columns, holds (NULL unless the chunk is a fact of a memory base, SPEC F11:
--- true while no newer fact replaced it), and four timestamps (started_at, dense_done_at, keyword_done_at,
--- finished_at) from which the caller derives the time each step took: each leg is
--- MATERIALIZED, so they run one after the other and each stamps the moment it ended.
+-- true while no newer fact replaced it), the routing figures (share: the dense share used;
+-- absent_share; bm25_ratio: best BM25 / its bound, the sum of idf * (k1 + 1) * weight), and four
+-- timestamps (started_at, dense_done_at, keyword_done_at, finished_at) from which the caller
+-- derives the time each step took: each leg is MATERIALIZED, so they run one after the other and
+-- each stamps the moment it ended.
 WITH allowed_documents AS MATERIALIZED (
     SELECT d.document_id
     FROM documents AS d
@@ -72,6 +92,15 @@ WITH allowed_documents AS MATERIALIZED (
                           WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(r.options) AS o(value)
                                             WHERE d.meta @> o.value)))
 ),
+-- The chunks holding an excluded word (-legacy): its postings, in every base searched.
+excluded AS MATERIALIZED (
+    SELECT DISTINCT pb.block_no::bigint * 256 + p.o AS chunk_id
+    FROM bm25_terms AS bt
+    JOIN posting_blocks AS pb ON pb.base_id = bt.base_id AND pb.term_id = bt.term_id
+    CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset])) AS p(o)
+    WHERE %(exclude_terms)s::text[] IS NOT NULL
+      AND bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(exclude_terms)s::text[])
+),
 dense AS MATERIALIZED (
     SELECT nearest.chunk_id,
            1 - nearest.distance AS score,
@@ -86,6 +115,8 @@ dense AS MATERIALIZED (
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
               AND e.base_id = ANY(%(base_ids)s::int[])
               AND e.model = %(model)s::text
+              AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
+              AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
             UNION ALL
             -- With a filter: the allowed documents' vectors only. A separate branch, so that the
             -- IN becomes a semi-join the planner may run on ix_embeddings_document.
@@ -95,13 +126,15 @@ dense AS MATERIALIZED (
               AND e.base_id = ANY(%(base_ids)s::int[])
               AND e.model = %(model)s::text
               AND e.document_id IN (SELECT document_id FROM allowed_documents)
+              AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
+              AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
         ) AS scanned
         ORDER BY scanned.distance, scanned.chunk_id
         LIMIT %(leg_limit)s
     ) AS nearest
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
--- (sql/search/bm25_top_k.v2.sql: MaxScore and block-max pruning, planned once per session).
+-- (sql/search/bm25_top_k.v4.sql: MaxScore and block-max pruning, planned once per session).
 keyword AS MATERIALIZED (
     SELECT k.chunk_id,
            k.score,
@@ -111,19 +144,97 @@ keyword AS MATERIALIZED (
         %(base_ids)s::int[], %(terms)s::text[], %(term_weights)s::float8[], %(k1)s::float8, %(b)s::float8,
         %(leg_limit)s::int,
         CASE WHEN %(unfiltered)s::boolean THEN NULL
-             ELSE coalesce((SELECT array_agg(document_id) FROM allowed_documents), '{}'::bigint[]) END
+             ELSE coalesce((SELECT array_agg(document_id) FROM allowed_documents), '{}'::bigint[]) END,
+        %(only_chunks)s::bigint[],
+        CASE WHEN %(exclude_terms)s::text[] IS NULL THEN NULL
+             ELSE coalesce((SELECT array_agg(chunk_id) FROM excluded), '{}'::bigint[]) END
     ) AS k
 ),
-fused AS (
+-- Complete scores: the cosine of the keyword leg's chunks the dense leg did not keep (by chunk id,
+-- the primary key of embeddings) and the BM25 of the dense leg's chunks the keyword leg did not keep.
+dense_missing AS MATERIALIZED (
+    SELECT k.chunk_id, 1 - (e.embedding <=> %(query_embedding)s::halfvec) AS score
+    FROM keyword AS k
+    -- A LATERAL with LIMIT (never pulled up into a join): one primary-key lookup per chunk, never
+    -- a scan of the base's vectors.
+    CROSS JOIN LATERAL (
+        SELECT e.embedding FROM embeddings AS e
+        WHERE e.chunk_id = k.chunk_id AND e.model = %(model)s::text AND e.base_id = ANY(%(base_ids)s::int[])
+        LIMIT 1
+    ) AS e
+    WHERE %(query_embedding)s::halfvec IS NOT NULL
+      AND k.chunk_id NOT IN (SELECT chunk_id FROM dense)
+),
+keyword_missing AS MATERIALIZED (
+    SELECT m.chunk_id, m.score
+    FROM bm25_chunk_scores(
+        %(base_ids)s::int[], %(terms)s::text[], %(term_weights)s::float8[], %(k1)s::float8, %(b)s::float8,
+        (SELECT array_agg(d.chunk_id) FROM dense AS d WHERE d.chunk_id NOT IN (SELECT chunk_id FROM keyword))
+    ) AS m
+    WHERE cardinality(%(terms)s::text[]) > 0
+),
+candidates AS MATERIALIZED (
     SELECT coalesce(d.chunk_id, k.chunk_id) AS chunk_id,
-           d.score AS dense,
+           coalesce(d.score, dm.score) AS dense,
            d.rank AS dense_rank,
-           k.score AS keyword,
-           k.rank AS keyword_rank,
-           coalesce(%(dense_weight)s::float8 / (%(rrf_k)s::int + d.rank), 0)
-             + coalesce(%(keyword_weight)s::float8 / (%(rrf_k)s::int + k.rank), 0) AS fused
+           coalesce(k.score, km.score) AS keyword,
+           k.rank AS keyword_rank
     FROM dense AS d
     FULL OUTER JOIN keyword AS k ON k.chunk_id = d.chunk_id
+    LEFT JOIN dense_missing AS dm ON dm.chunk_id = k.chunk_id
+    LEFT JOIN keyword_missing AS km ON km.chunk_id = d.chunk_id
+),
+-- Routing's figures of this question (metis_pg.routing): the share of its words no chunk holds,
+-- and its best BM25 against what BM25 can give it at most (the sum of idf * (k1 + 1) * weight over
+-- its terms, in the base where that is largest).
+question AS MATERIALIZED (
+    SELECT coalesce((SELECT count(*) FILTER (WHERE NOT EXISTS (
+                         SELECT 1 FROM bm25_terms AS bt
+                         WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = a.term AND bt.df > 0))::float8
+                     / nullif(count(*), 0)
+                     FROM unnest(%(asked_terms)s::text[]) AS a(term)), 0) AS absent_share,
+           coalesce((SELECT max(keyword) FROM candidates)
+                    / nullif((SELECT max(per_base.bound) FROM (
+                        SELECT sum(ln(1 + (tot.chunk_count::float8 - bt.df + 0.5) / (bt.df + 0.5))
+                                   * (%(k1)s::float8 + 1) * coalesce(qt.weight, 1)) AS bound
+                        FROM bm25_terms AS bt
+                        JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
+                        LEFT JOIN unnest(%(terms)s::text[], %(term_weights)s::float8[]) AS qt(term, weight)
+                          ON qt.term = bt.term
+                        WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(terms)s::text[])
+                        GROUP BY bt.base_id) AS per_base), 0), 1) AS bm25_ratio
+),
+route AS MATERIALIZED (
+    SELECT q.absent_share, q.bm25_ratio,
+           least(1, greatest(0, %(dense_share)s::float8
+                                + %(route_absent)s::float8 * q.absent_share
+                                + CASE WHEN q.bm25_ratio < %(weak_ratio)s::float8
+                                       THEN %(route_weak)s::float8 ELSE 0 END)) AS share
+    FROM question AS q
+),
+spread AS MATERIALIZED (
+    SELECT min(dense) AS dense_min, max(dense) AS dense_max, min(keyword) AS keyword_min, max(keyword) AS keyword_max
+    FROM candidates
+),
+fused AS (
+    SELECT c.*, r.share, r.absent_share, r.bm25_ratio,
+           CASE WHEN %(fusion)s::text = 'rrf' THEN
+               coalesce(%(weight_sum)s::float8 * r.share / (%(rrf_k)s::int + c.dense_rank), 0)
+                 + coalesce(%(weight_sum)s::float8 * (1 - r.share) / (%(rrf_k)s::int + c.keyword_rank), 0)
+           WHEN %(normalization)s::text = 'minmax' THEN
+               r.share * coalesce(CASE WHEN s.dense_max > s.dense_min
+                                       THEN (c.dense - s.dense_min) / (s.dense_max - s.dense_min) ELSE 1 END
+                                  * (c.dense IS NOT NULL)::int, 0)
+                 + (1 - r.share) * coalesce(CASE WHEN s.keyword_max > s.keyword_min
+                                                 THEN (c.keyword - s.keyword_min) / (s.keyword_max - s.keyword_min)
+                                                 ELSE (c.keyword > 0)::int END, 0)
+           ELSE  -- tmm: from the theoretical minimum (cosine -1, BM25 0) to the candidates' best
+               r.share * coalesce((c.dense + 1) / nullif(s.dense_max + 1, 0), 0)
+                 + (1 - r.share) * coalesce(c.keyword / nullif(s.keyword_max, 0), 0)
+           END AS fused
+    FROM candidates AS c
+    CROSS JOIN route AS r
+    CROSS JOIN spread AS s
     ORDER BY fused DESC, chunk_id
     LIMIT %(top_k)s
 ),
@@ -132,6 +243,7 @@ legs_done AS (
            (SELECT max(done_at) FROM keyword) AS keyword_done_at
 )
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
+       f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,

@@ -1,0 +1,107 @@
+"""Fusion functions of the two legs, as ``sql/search/hybrid.sql`` computes them (issue 20).
+
+Every candidate either leg kept carries both complete scores (its exact cosine and its exact
+BM25) and each leg's own rank (None when that leg did not keep it). The dense leg's *share*
+``s`` in [0, 1] (after routing, :mod:`metis_pg.routing`) then weighs the legs:
+
+- ``rrf`` (Cormack, Clarke & Buettcher, SIGIR 2009, a weight per list):
+  ``W * s / (rrf_k + dense_rank) + W * (1 - s) / (rrf_k + keyword_rank)``, a missing rank
+  adding 0, with ``W = dense_weight + keyword_weight`` and, before routing,
+  ``s = dense_weight / W`` (so weights 2 : 1 are ``s = 2/3``).
+- ``convex`` (Bruch, Gai & Ingber, "An Analysis of Fusion Functions for Hybrid Retrieval",
+  ACM TOIS 42(1), 2023): ``s * N(cosine) + (1 - s) * N(BM25)``, ``s`` being alpha, with
+  ``minmax`` ``N(x) = (x - min) / (max - min)`` over the candidates (1 when all are equal and
+  BM25 > 0), or ``tmm`` (the paper's TM2C2) ``N(x) = (x - inf) / (max - inf)`` from each
+  score's theoretical infimum (cosine -1, BM25 0) to the candidates' best. A missing score
+  (a chunk without a vector yet; a leg switched off) counts 0.
+
+:func:`fuse` is the same arithmetic in Python, for the evaluation of many settings from one
+statement's candidates (``benchmarks/quality.py``); ``tests/test_fusion_functions.py`` checks
+that both order candidates the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import routing
+
+__all__ = ["Plan", "plan", "fuse", "Scored"]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the statement needs to fuse one question (its parameters of the same names)."""
+
+    fusion: str
+    normalization: str
+    rrf_k: int
+    weight_sum: float
+    dense_share: float
+    route_absent: float
+    route_weak: float
+    weak_ratio: float
+    fired: tuple[str, ...]
+
+    def params(self) -> dict[str, Any]:
+        return {"fusion": self.fusion, "normalization": self.normalization, "rrf_k": self.rrf_k,
+                "weight_sum": self.weight_sum, "dense_share": self.dense_share, "route_absent": self.route_absent,
+                "route_weak": self.route_weak, "weak_ratio": self.weak_ratio}
+
+
+def base_share(spec: Any) -> float:
+    """The dense share of a spec before routing: alpha (convex) or dense_weight / the weights' sum."""
+    if spec.fusion == "convex":
+        return float(spec.alpha)
+    return spec.dense_weight / (spec.dense_weight + spec.keyword_weight)
+
+
+def plan(spec: Any, question: str, shifts: dict[str, float] | None = None) -> Plan:
+    """Return the fusion plan of `question` for a base spec (:class:`~metis_pg.config.BaseSpec`).
+
+    With ``spec.routing`` the question's model-free features shift the share
+    (:mod:`metis_pg.routing`); the statement adds the shifts of ``absent`` and ``weak_bm25``.
+    """
+    shifts = routing.SHIFTS if shifts is None else shifts
+    share = base_share(spec)
+    fired: tuple[str, ...] = ()
+    absent = weak = 0.0
+    if spec.routing:
+        found = routing.features(question)
+        fired = tuple(found.fired())
+        share = min(1.0, max(0.0, share + found.shift(shifts)))
+        absent, weak = shifts["absent"], shifts["weak_bm25"]
+    return Plan(fusion=spec.fusion, normalization=spec.normalization, rrf_k=spec.rrf_k,
+                weight_sum=spec.dense_weight + spec.keyword_weight, dense_share=share, route_absent=absent,
+                route_weak=weak, weak_ratio=routing.WEAK_RATIO, fired=fired)
+
+
+#: A candidate for :func:`fuse`: (dense score, dense rank, keyword score, keyword rank, chunk_id).
+Scored = tuple
+
+
+def fuse(cands: Sequence[Scored], fusion: str, share: float, *, normalization: str = "tmm", rrf_k: int = 60,
+         weight_sum: float = 2.0) -> list[float]:
+    """Return the fused score of each candidate, as the statement computes it (same float steps).
+
+    `share` is the dense share after routing. Order by (-fused, chunk_id) as the statement does.
+    """
+    if fusion == "rrf":
+        wd, wk = weight_sum * share, weight_sum * (1 - share)
+        return [(wd / (rrf_k + dr) if dr else 0.0) + (wk / (rrf_k + kr) if kr else 0.0) for _, dr, _, kr, _ in cands]
+    dense = [c[0] for c in cands if c[0] is not None]
+    keyword = [c[2] for c in cands if c[2] is not None]
+    dmin, dmax = (min(dense), max(dense)) if dense else (None, None)
+    kmin, kmax = (min(keyword), max(keyword)) if keyword else (None, None)
+    out = []
+    for d, _, k, _, _ in cands:
+        if normalization == "minmax":
+            nd = 0.0 if d is None else ((d - dmin) / (dmax - dmin) if dmax > dmin else 1.0)
+            nk = 0.0 if k is None else ((k - kmin) / (kmax - kmin) if kmax > kmin else float(k > 0))
+        else:
+            nd = 0.0 if d is None or dmax + 1 == 0 else (d + 1) / (dmax + 1)
+            nk = 0.0 if k is None or not kmax else k / kmax
+        out.append(share * nd + (1 - share) * nk)
+    return out
