@@ -2,7 +2,7 @@
 -- Parameters: %(base_ids)s int[].
 -- Returns: base_id, documents, chunks, vectors_reused (chunks whose vector of the base's model is
 --          another's of the same embedding text: hashed vectors minus distinct hashes, migration
---          0016) — one row per base given.
+--          0017) — one row per base given.
 -- Counted grouped by base_id, each table filtered by the bases itself: on Citus one base is a
 -- router query on its worker (it answers while another worker is down), several are counted by
 -- their workers at once.

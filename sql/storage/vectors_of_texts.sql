@@ -1,5 +1,5 @@
 -- A stored vector of the base's `model` for each text hash, with the text it was made from, so
--- the embedding phase reuses it after comparing that text in full (migration 0016).
+-- the embedding phase reuses it after comparing that text in full (migration 0017).
 -- Parameters: %(base_id)s int, %(model)s text, %(hashes)s bigint[] (distinct).
 -- Returns: text_hash, title, headings, text, embedding: at most one chunk per hash.
 SELECT h.text_hash, d.title, d.headings, d.text, d.embedding

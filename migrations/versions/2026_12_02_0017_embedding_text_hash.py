@@ -1,7 +1,7 @@
 """embeddings.text_hash: each distinct embedding text is embedded once per model
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-01
 
 Chunks whose embedding text (title > headings + text, metis_pg.chunking.embedding_text) is
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | None = "0015"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -29,7 +29,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     op.execute("ALTER TABLE embeddings ADD COLUMN text_hash bigint")
     op.execute("COMMENT ON COLUMN embeddings.text_hash IS "
-               "'first 8 bytes of BLAKE2b of the embedding text (NULL: written before migration 0016)'")
+               "'first 8 bytes of BLAKE2b of the embedding text (NULL: written before migration 0017)'")
     op.execute("CREATE INDEX ix_embeddings_text_hash ON embeddings (base_id, model, text_hash)"
                " WHERE text_hash IS NOT NULL")
 
