@@ -368,28 +368,47 @@ def on_citus(conn: psycopg.Connection) -> bool:
     return _citus_statements[key]
 
 
+def _function_body(functions: str, name: str, arguments: dict[str, str]) -> str:
+    """The statement that the PL/pgSQL function `name` of the file text `functions` returns
+    (its ``RETURN QUERY``), with each argument replaced by the SQL given for it in `arguments`."""
+    function = functions.split(f"CREATE OR REPLACE FUNCTION {name}(", 1)[1].split("CREATE OR REPLACE FUNCTION", 1)[0]
+    body = function.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0].replace("%", "%%")
+    for argument, parameter in arguments.items():
+        body = re.sub(rf"\b{argument}\b", lambda _: parameter, body)
+    return body
+
+
+def _inline_call(statement: str, call: str, alias: str, body: str) -> str:
+    """`statement` with ``FROM call(...) AS alias`` replaced by ``FROM (body) AS alias``."""
+    start = statement.index(f"    FROM {call}(")
+    end = statement.index(f") AS {alias}\n", start) + len(f") AS {alias}\n")
+    return statement[:start] + f"    FROM ({body}\n    ) AS {alias}\n" + statement[end:]
+
+
 @lru_cache(maxsize=2)
 def hybrid_statement(citus: bool) -> str:
-    """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the keyword leg's statement
-    (the body of ``bm25_top_k``, sql/search/bm25_top_k.v4.sql) in place of the function's call.
+    """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the statements of the keyword
+    leg (the body of ``bm25_top_k``, sql/search/bm25_top_k.v4.sql) and of the complete scores
+    (``sql/citus/complete_scores.sql``, bm25_chunk_scores's statement without its LATERAL outer
+    join) in place of the functions' calls.
 
     Citus routes a statement of one base to the worker holding it (a router query) only when it
-    can send it whole; a call of bm25_top_k cannot be sent (the function's own statement would run
-    distributed from a shard, which Citus refuses), so with the call the statement is planned as
-    one subplan per CTE, a round trip each (docs/scaling.md). Inlined, its arguments are the
-    statement's own parameters (:data:`_KEYWORD_ARGUMENTS`) and the whole statement is one task.
+    can send it whole; a call of either function cannot be sent (the function's own statement would
+    run distributed from a shard, which Citus refuses: "could not create distributed plan"), so with
+    the calls the statement is planned as one subplan per CTE, a round trip each (docs/scaling.md),
+    or refused. Inlined, their arguments are the statement's own parameters
+    (:data:`_KEYWORD_ARGUMENTS`) and the whole statement is one task.
     """
     hybrid = sqlfiles.load("search/hybrid")
     if not citus:
         return hybrid
-    function = sqlfiles.load("search/bm25_top_k.v4").split("CREATE OR REPLACE FUNCTION bm25_chunk_scores")[0]
-    body = function.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0]
-    body = body.replace("%", "%%")
-    for argument, parameter in _KEYWORD_ARGUMENTS.items():
-        body = re.sub(rf"\b{argument}\b", lambda _: parameter, body)
-    start = hybrid.index("    FROM bm25_top_k(")
-    end = hybrid.index(") AS k\n", start) + len(") AS k\n")
-    return hybrid[:start] + f"    FROM ({body}\n    ) AS k\n" + hybrid[end:]
+    functions = sqlfiles.load("search/bm25_top_k.v4")
+    keyword = _function_body(functions, "bm25_top_k", _KEYWORD_ARGUMENTS)
+    hybrid = _inline_call(hybrid, "bm25_top_k", "k", keyword)
+    # bm25_chunk_scores's own statement has a LATERAL outer join, which Citus refuses here: its form
+    # for Citus is a file of its own.
+    complete = sqlfiles.load("citus/complete_scores").rstrip().rstrip(";")
+    return _inline_call(hybrid, "bm25_chunk_scores", "m", complete)
 
 
 def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],

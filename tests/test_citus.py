@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import metis_pg
-from metis_pg import db, retrieval
+from metis_pg import db, fusion, retrieval
 from metis_pg.config import Settings
 from metis_pg.tokenizer import query_terms
 
@@ -128,6 +128,9 @@ def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases):
     params = {"base_ids": [base_id], "model": f"hash-words:{hash_embedder.DIM}", "query_embedding": None,
               "terms": query_terms("kiln glaze"), "term_weights": None, "k1": 1.2, "b": 0.75, "rrf_k": 60,
               "dense_weight": 1.0, "keyword_weight": 1.0, "leg_limit": 50, "top_k": 10,
+              "asked_terms": query_terms("kiln glaze"), "only_chunks": None, "exclude_terms": None,
+              **fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=60, weight_sum=2.0, dense_share=0.5,
+                            route_absent=0.0, route_weak=0.0, weak_ratio=0.0, fired=()).params(),
               **retrieval.Filters().to_params()}
     with m.pool.connection() as conn:
         assert retrieval.on_citus(conn)
