@@ -10,6 +10,8 @@ Python API, the CLI and HTTP.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import uuid
 from collections.abc import Iterator
@@ -158,7 +160,7 @@ def test_the_answer_says_which_fusion_and_route(metis, kb):
     assert (echo["fusion"], echo["normalization"], echo["alpha"], echo["routing"]) == ("convex", "tmm", 0.7, False)
     assert echo["route"]["dense_share"] == pytest.approx(0.7) and echo["route"]["features"] == []
     shifts = {"identifier": -0.2, "phrase": -0.3}
-    spec = BaseSpec.from_json(metis.base(kb.name).spec)
+    spec = dataclasses.replace(BaseSpec.from_json(metis.base(kb.name).spec), routing=True)  # routing is opt-in
     assert fusion.plan(spec, '"reset the router" admin_login', shifts={**routing.SHIFTS, **shifts}).fired == (
         "identifier", "phrase")
     routed = metis.search(kb.name, '"reset the router" admin_login the router page of the legacy firmware',

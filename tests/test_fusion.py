@@ -243,10 +243,10 @@ def test_cli_weights_and_rrf_k_reach_the_search_and_are_echoed(dsn, bases):
 def test_cli_says_which_weights_fused_when_they_are_not_the_defaults(dsn, bases):
     plain = run_cli("search", bases.plain, QUESTION, "--dsn", dsn)
     assert plain.code == 0, plain.stderr
-    # The bases of this module fuse by rrf, which is not the default function (issue 20).
-    assert plain.stdout.splitlines()[-1].startswith("hybrid · rrf · took ")
+    # The bases of this module fuse by rrf without routing: the default function (config.BaseSpec).
+    assert plain.stdout.splitlines()[-1].startswith("hybrid · took ")
     weighted = run_cli("search", bases.plain, QUESTION, "--weights", "1.5:1", "--rrf-k", "20", "--dsn", dsn)
-    assert weighted.stdout.splitlines()[-1].startswith("hybrid · rrf · weights 1.5:1 · rrf_k 20 · took ")
+    assert weighted.stdout.splitlines()[-1].startswith("hybrid · weights 1.5:1 · rrf_k 20 · took ")
     convex = run_cli("search", bases.plain, QUESTION, "--fusion", "convex", "--alpha", "0.6", "--dsn", dsn)
     assert convex.stdout.splitlines()[-1].startswith(f"hybrid · convex {BaseSpec().normalization} alpha 0.6 · took ")
     both = run_cli("search", f"{bases.plain},{bases.weighted}", QUESTION, "--dsn", dsn)
