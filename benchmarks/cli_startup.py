@@ -8,12 +8,17 @@ Prints, in new processes:
 - ``metis search BASE QUESTION --json`` with the embedded server already up (another process
   holds it: the benchmark): wall time, the search's own ``took.total``, and their difference,
   the overhead (Python start, imports, settings, pool, the question's model, exit);
-- the same with no process holding the server: each command starts it and stops it at exit.
+- the same with no process holding the server: each command starts it and stops it at exit;
+- with ``--phases``: where the time of one ``metis search`` goes, phase by phase, in a new process
+  doing what the command does step by step (Python start, imports, settings, joining the
+  server, pool and schema revision, listing the bases, the model's load and first question,
+  the search, printing, closing, exit), medians of R runs, for ``--mode keyword`` and hybrid.
 
 Usage::
 
     python benchmarks/cli_startup.py                 # a throwaway METIS_HOME in /var/tmp
     python benchmarks/cli_startup.py --repeats 7
+    python benchmarks/cli_startup.py --phases        # and the phase table
 
 Goal (issue 25): overhead of ``metis search`` <= 0.3 s on a quiet machine. Figures double
 under load: the load average is printed with them.
@@ -55,9 +60,71 @@ def import_ms(module: str, env: dict[str, str]) -> float:
     return int(line.split("|")[1]) / 1000
 
 
+#: Run in a new process by :func:`phases`: what ``metis search BASE QUESTION --json`` does, phase by
+#: phase; prints the wall-clock time at the end of each phase (JSON on stderr).
+PHASES_CHILD = r"""
+import json, sys, time
+marks = [("start", time.time())]
+def mark(name):
+    marks.append((name, time.time()))
+base, question, mode = sys.argv[1:4]
+import metis_pg.cli as cli
+cli._app()
+mark("import the command tree")
+import metis_pg.api as api
+from metis_pg.formats import search_output
+mark("import the library")
+from metis_pg.config import Settings
+from metis_pg import db
+settings = Settings.from_env()
+mark("settings")
+dsn = db.resolve_dsn(None, settings)
+mark("join the server")
+m = api.Metis(dsn)
+m._check_revision(dsn, settings)
+mark("pool and schema revision")
+m.base_names(for_reading=True)
+mark("list the bases")
+if mode != "keyword":
+    embedder = m.embedder(m._base_row(base).base_spec)
+    getattr(embedder, "_get_model", lambda: None)()
+    mark("load the model")
+    embedder.embed_queries([question])
+    mark("the model's first question")
+answer = m.search([base], question, mode=mode)
+mark("search (model loaded)")
+sys.stdout.write(search_output(answer, "json"))
+sys.stdout.flush()
+mark("print")
+m.close()
+mark("close")
+sys.stderr.write("PHASES " + json.dumps(marks) + chr(10))
+"""
+
+
+def phases(env: dict[str, str], base: str, question: str, mode: str, repeats: int) -> dict[str, float]:
+    """Return the median seconds of each phase of a search (:data:`PHASES_CHILD`), ``"exit"`` last."""
+    runs: list[dict[str, float]] = []
+    for _ in range(repeats):
+        launched = time.time()
+        done = subprocess.run([sys.executable, "-c", PHASES_CHILD, base, question, mode], capture_output=True,
+                              text=True, env=env, check=True)
+        ended = time.time()
+        line = [x for x in done.stderr.splitlines() if x.startswith("PHASES ")][-1]
+        marks = json.loads(line[len("PHASES "):])
+        run = {"Python start": marks[0][1] - launched}
+        for (_, t0), (name, t1) in zip(marks, marks[1:]):
+            run[name] = t1 - t0
+        run["exit"] = ended - marks[-1][1]
+        run["total (wall)"] = ended - launched
+        runs.append(run)
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--phases", action="store_true", help="also print where a search's time goes, by phase")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="metis-startup-", dir="/var/tmp"))  # a short socket path
@@ -83,6 +150,14 @@ def main() -> None:
                 took.append(json.loads(out)["took"]["total"] / 1000)
             return walls, took
 
+        phase_tables: dict[str, dict[str, float]] = {}
+
+        def phase_runs(held: str) -> None:
+            if args.phases:
+                for mode in ("keyword", "hybrid"):
+                    phase_tables[f"{mode}, {held}"] = phases(env, "b", "how many vacation days", mode, args.repeats)
+
+        phase_runs("cold")
         cold = searches()  # no other process: each command starts the server and stops it at exit
         holder = subprocess.Popen([sys.executable, "-c", "import sys, metis_pg; m = metis_pg.connect(); "
                                    "print('up', flush=True); sys.stdin.read()"], env=env, stdin=subprocess.PIPE,
@@ -90,6 +165,7 @@ def main() -> None:
         try:
             assert holder.stdout.readline().strip() == "up"
             warm = searches()
+            phase_runs("held")
         finally:
             holder.stdin.close()
             holder.wait(60)
@@ -100,7 +176,7 @@ def main() -> None:
     med = statistics.median
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"command: python benchmarks/cli_startup.py --repeats {args.repeats}")
+    print(f"command: python benchmarks/cli_startup.py --repeats {args.repeats}{' --phases' * args.phases}")
     print(f"metis --version:                 median {med(version):.2f} s")
     for module, ms in imports.items():
         print(f"import {module + ':':<22}   median {med(ms):.0f} ms (python -X importtime)")
@@ -108,6 +184,14 @@ def main() -> None:
         overhead = [w - t for w, t in zip(walls, took)]
         print(f"metis search, {label}: wall median {med(walls):.2f} s, search {med(took) * 1000:.0f} ms, "
               f"overhead median {med(overhead):.2f} s (goal <= 0.3 s quiet)")
+    if phase_tables:
+        print("\nmetis search, by phase, medians in ms (cold: the command starts the server and stops it at exit;"
+              " held: another process holds it):")
+        print(f"{'phase':<28}" + "".join(f"{m:>17}" for m in phase_tables))
+        names = list(max(phase_tables.values(), key=len))  # the hybrid runs have every phase
+        for name in names:
+            print(f"{name:<28}" + "".join(f"{t[name] * 1000:>17.0f}" if name in t else f"{'-':>17}"
+                                           for t in phase_tables.values()))
 
 
 if __name__ == "__main__":
