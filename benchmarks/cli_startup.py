@@ -64,9 +64,9 @@ def import_ms(module: str, env: dict[str, str]) -> float:
 #: phase; prints the wall-clock time at the end of each phase (JSON on stderr).
 PHASES_CHILD = r"""
 import json, sys, time
-marks = [("start", time.time())]
+marks = [("start", time.time(), time.process_time())]
 def mark(name):
-    marks.append((name, time.time()))
+    marks.append((name, time.time(), time.process_time()))
 base, question, mode = sys.argv[1:4]
 import metis_pg.cli as cli
 cli._app()
@@ -99,12 +99,17 @@ mark("print")
 m.close()
 mark("close")
 sys.stderr.write("PHASES " + json.dumps(marks) + chr(10))
+getattr(cli, "_exit_now", sys.exit)(0)  # as the console script ends (metis_pg.cli.script)
 """
 
 
-def phases(env: dict[str, str], base: str, question: str, mode: str, repeats: int) -> dict[str, float]:
-    """Return the median seconds of each phase of a search (:data:`PHASES_CHILD`), ``"exit"`` last."""
+def phases(env: dict[str, str], base: str, question: str, mode: str,
+           repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Return the median seconds of each phase of a search (:data:`PHASES_CHILD`), ``"exit"`` last: wall
+    time, and the CPU time of the command's own process (what a quiet machine's wall time comes down to,
+    less the waits on the server and on disk; Python start and exit are not in the CPU figures)."""
     runs: list[dict[str, float]] = []
+    cpu_runs: list[dict[str, float]] = []
     for _ in range(repeats):
         launched = time.time()
         done = subprocess.run([sys.executable, "-c", PHASES_CHILD, base, question, mode], capture_output=True,
@@ -113,12 +118,17 @@ def phases(env: dict[str, str], base: str, question: str, mode: str, repeats: in
         line = [x for x in done.stderr.splitlines() if x.startswith("PHASES ")][-1]
         marks = json.loads(line[len("PHASES "):])
         run = {"Python start": marks[0][1] - launched}
-        for (_, t0), (name, t1) in zip(marks, marks[1:]):
+        cpu = {}
+        for (_, t0, c0), (name, t1, c1) in zip(marks, marks[1:]):
             run[name] = t1 - t0
+            cpu[name] = c1 - c0
         run["exit"] = ended - marks[-1][1]
-        run["total (wall)"] = ended - launched
+        run["total"] = ended - launched
+        cpu["total"] = marks[-1][2] - marks[0][2]
         runs.append(run)
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        cpu_runs.append(cpu)
+    return ({k: statistics.median(r[k] for r in runs) for k in runs[0]},
+            {k: statistics.median(r[k] for r in cpu_runs) for k in cpu_runs[0]})
 
 
 def main() -> None:
@@ -151,11 +161,14 @@ def main() -> None:
             return walls, took
 
         phase_tables: dict[str, dict[str, float]] = {}
+        cpu_tables: dict[str, dict[str, float]] = {}
 
         def phase_runs(held: str) -> None:
             if args.phases:
                 for mode in ("keyword", "hybrid"):
-                    phase_tables[f"{mode}, {held}"] = phases(env, "b", "how many vacation days", mode, args.repeats)
+                    key = f"{mode}, {held}"
+                    phase_tables[key], cpu_tables[key] = phases(env, "b", "how many vacation days", mode,
+                                                                args.repeats)
 
         phase_runs("cold")
         cold = searches()  # no other process: each command starts the server and stops it at exit
@@ -191,7 +204,9 @@ def main() -> None:
         names = list(max(phase_tables.values(), key=len))  # the hybrid runs have every phase
         for name in names:
             print(f"{name:<28}" + "".join(f"{t[name] * 1000:>17.0f}" if name in t else f"{'-':>17}"
-                                           for t in phase_tables.values()))
+                                           for t in phase_tables.values())
+                  + "   | CPU " + " ".join(f"{t[name] * 1000:>5.0f}" if name in t else f"{'-':>5}"
+                                          for t in cpu_tables.values()))
 
 
 if __name__ == "__main__":
