@@ -38,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import ConnectionPool
 
@@ -48,12 +48,14 @@ from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
 from .memories import order_facts
 from .models.embed import Embedder
-from .models.rerank import Reranker
 from .search_counts import counts_of
 from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
 from .readers.document import line_at
 from .snippets import snippet_at
 from .tokenizer import TOKENIZER_VERSION, query_terms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .models.rerank import Reranker  # imported by make_reranker when a base has one: httpx
 
 __all__ = [
     "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "SearchRequest", "Ranked", "SearchPipeline",

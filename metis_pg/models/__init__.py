@@ -11,8 +11,11 @@ Every failure of a model leaves as :class:`~metis_pg.errors.EmbeddingModelUnavai
 one place, ``models/_http.py``.
 """
 
-from .embed import Embedder, LocalE5Embedder, RemoteEmbedder, make_embedder
-from .rerank import RemoteReranker, Reranker, make_reranker
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 
 __all__ = [
     "Embedder",
@@ -23,3 +26,14 @@ __all__ = [
     "RemoteReranker",
     "make_reranker",
 ]
+
+#: Where each name lives: imported when first asked for, so that a search with the bundled model imports
+#: neither httpx nor the reranker (`metis search`'s start-up, issue 25).
+_HOME = {"Embedder": ".embed", "LocalE5Embedder": ".embed", "RemoteEmbedder": ".embed", "make_embedder": ".embed",
+         "Reranker": ".rerank", "RemoteReranker": ".rerank", "make_reranker": ".rerank"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
