@@ -51,7 +51,9 @@ DOCS = {
 
 def wall(command: list[str], env: dict[str, str]) -> tuple[float, str]:
     t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr}")
     return time.perf_counter() - t0, done.stdout
 
 

@@ -49,6 +49,8 @@ class Citation:
         page_start, page_end: the PDF pages the whole passage spans (with ``page``), else None.
         tags: the document's tags (lower case); author: its author, else None; date: its own
             date, else its file's modification time, else None (issue 21).
+        marks: the spans of `snippet` to mark, ``(start, end)`` in characters (code points, end
+            excluded): the question's words that weigh in the base (:func:`metis_pg.snippets.marks`).
     """
 
     source: str
@@ -66,6 +68,7 @@ class Citation:
     tags: tuple[str, ...] = ()
     author: str | None = None
     date: datetime | None = None
+    marks: tuple[tuple[int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -87,6 +90,7 @@ class Citation:
             data["line_end"] = self.line if self.line_end is None else self.line_end
         data["headings"] = list(self.headings)
         data["snippet"] = self.snippet
+        data["marks"] = [[a, b] for a, b in self.marks]
         return data
 
     def location(self) -> str:

@@ -51,7 +51,7 @@ from .models.embed import Embedder
 from .search_counts import counts_of
 from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
 from .readers.document import line_at
-from .snippets import snippet_at
+from .snippets import marks, snippet_at, weighing_terms
 from .tokenizer import TOKENIZER_VERSION, query_terms
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -197,6 +197,8 @@ class Ranked:
         warnings: what the search could not do, or what the caller should know.
         took: milliseconds per step.
         fusion: the fusion parameters used, as :func:`fusion_echo` gives them.
+        weighing: base name -> the question's terms that weigh there, which snippets mark
+            (:func:`metis_pg.snippets.weighing_terms`).
     """
 
     request: SearchRequest
@@ -206,6 +208,7 @@ class Ranked:
     warnings: list[SearchWarning]
     took: Took
     fusion: dict[str, Any] = field(default_factory=dict)
+    weighing: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 #: Returns the (shared) embedding client of a base spec.
@@ -244,6 +247,7 @@ class SearchPipeline:
         with self.pool.connection() as conn:
             rows = [storage.get_base(conn, n) for n in request.bases]
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
+            weighing = term_weights(conn, rows, query_terms(request.searched))
         specs = {r.base_id: request.spec_for(r.base_spec) for r in rows}
         warnings: list[SearchWarning] = []
         if not any(ch.isalnum() for ch in request.question):
@@ -253,7 +257,7 @@ class SearchPipeline:
                                                       "punctuation or symbols: nothing was searched"))
             return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
                           fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, {}, mode),
-                          took=Took(total=(time.perf_counter() - started) * 1000))
+                          took=Took(total=(time.perf_counter() - started) * 1000), weighing=weighing)
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
             fetch = 2 * retrieval.leg_limit(top_k)
@@ -326,6 +330,7 @@ class SearchPipeline:
             warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, plans, mode),
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
+            weighing=weighing,
         )
 
     def _search_group(self, base_ids: list[int], spec: BaseSpec, vector: Any, terms: list[str], fetch: int,
@@ -550,9 +555,23 @@ def unknown_source_warnings(names: Sequence[str], health: dict[str, dict],
     )]
 
 
-def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
+def term_weights(conn: Any, rows: Sequence[storage.BaseRow], question_terms: Sequence[str]) -> dict[str, frozenset[str]]:
+    """Return base name -> the question's terms that weigh in that base (its BM25 df and chunk count,
+    ``sql/search/term_weights.sql``; :func:`metis_pg.snippets.weighing_terms`): what snippets mark."""
+    if not question_terms or not rows:
+        return {}
+    found: dict[int, tuple[dict[str, int], int]] = {}
+    for base_id, term, df, chunk_count in conn.execute(sqlfiles.load("search/term_weights"), {
+            "base_ids": [r.base_id for r in rows], "terms": list(question_terms)}).fetchall():
+        found.setdefault(base_id, ({}, chunk_count))[0][term] = df
+    return {r.name: weighing_terms(*found[r.base_id]) for r in rows if r.base_id in found}
+
+
+def citation(c: retrieval.Candidate, question_terms: Sequence[str],
+             weighing: frozenset[str] = frozenset()) -> Citation:
     """Return the citation of a candidate: its snippet around the question's terms, the line of the
-    snippet's sentence (or the PDF page), and the chunk's range of lines (pages).
+    snippet's sentence (or the PDF page), and the chunk's range of lines (pages); the snippet's
+    marks are the words of `weighing` (the question's terms that weigh in the candidate's base).
 
     A chunk written before schema revision 0009 has no ``line_end``: its first line is cited.
     """
@@ -567,6 +586,7 @@ def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
         source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
         line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
         page_start=c.page, page_end=c.page, tags=c.tags, author=c.author, date=c.date,
+        marks=marks(shown, weighing),
     )
 
 
@@ -581,7 +601,8 @@ def to_response(ranked: Ranked) -> SearchResponse:
                         fused=c.fused, rerank=rerank)
         results.append(SearchResult(
             score=rerank if ranked.reranked and rerank is not None else c.fused, text=c.text, base=c.base,
-            citation=citation(c, question_terms), scores=scores, chunk_id=c.chunk_id, holds=c.holds,
+            citation=citation(c, question_terms, ranked.weighing.get(c.base, frozenset())), scores=scores,
+            chunk_id=c.chunk_id, holds=c.holds,
         ))
     return SearchResponse(mode=request.mode, reranked=ranked.reranked, results=tuple(results),
                           warnings=tuple(ranked.warnings), took=ranked.took, bases=request.bases,

@@ -220,6 +220,10 @@ class CitationOut(BaseModel):
     line_end: int | None = Field(None, description="last line of the passage (with line)")
     headings: list[str]
     snippet: str
+    marks: list[list[int]] = Field(default_factory=list, description=(
+        "spans of the snippet to mark, [start, end) in characters (Unicode code points): the question's words "
+        "that weigh in the base (idf; a word in more than a tenth of its chunks does not, unless the question's "
+        "rarest)"))
     tags: list[str] = Field(default_factory=list, description="the document's tags, lower case")
     author: str | None = Field(None, description="the document's author")
     date: str | None = Field(None, description="the document's date, else its file's modification time (ISO 8601)")
