@@ -61,7 +61,7 @@ from ..readers import display_path
 from ..results import FailedDocument, IndexReport
 from ..tokenizer import TOKENIZER_VERSION
 from . import sources, vectors
-from .reading import own_document, read_file, tokenize
+from .reading import read_file
 from .run import Batch, Run
 
 __all__ = ["Progress", "index", "index_paths", "reindex", "embed_own"]
