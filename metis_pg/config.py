@@ -351,7 +351,13 @@ class Settings(BaseSettings):
                               "one more login is refused, so the rest stay free for the service.")
     analyst_statement_timeout_s: float = Field(
         60.0, ge=0, description="Seconds a statement of a member of metis_analyst may run (the statement_timeout "
-                                "each of their sessions starts with; 0: no limit).")
+                                "each of their sessions starts with; 0: no limit). A member may SET it higher: "
+                                "metis serve also cancels their statements that run longer (the analyst watchdog).")
+    analyst_watchdog_interval_s: float = Field(
+        1.0, ge=0, description="Seconds between two looks of metis serve's analyst watchdog at the server's sessions "
+                               "(a statement of a member of metis_analyst running longer than "
+                               "METIS_ANALYST_STATEMENT_TIMEOUT_S is cancelled, even with its statement_timeout "
+                               "lifted; 0: no watchdog).")
 
     # -- read replicas (metis_pg.replicas)
     read_database_urls: str = Field(
