@@ -43,7 +43,7 @@ HARBOUR = {
     "market.txt": "The fish market opens before dawn.",
 }
 DISTRIBUTED = {"documents", "chunks", "embeddings", "posting_blocks", "block_lengths", "bm25_terms", "bm25_totals",
-               "facts", "search_counts"}
+               "facts", "search_counts", "vector_notes"}
 
 
 @pytest.fixture(scope="module")
