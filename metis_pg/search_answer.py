@@ -67,7 +67,8 @@ def _route(plan: fusion_functions.Plan, first: Any) -> dict[str, Any]:
 
 def citation(c: Candidate, question_terms: Sequence[str], weighing: frozenset[str] = frozenset()) -> Citation:
     """Return the citation of a candidate: its snippet around the question's terms, the line of the
-    snippet's sentence (or the PDF page), and the chunk's range of lines (pages); the snippet's marks are the words of
+    snippet's sentence (or the PDF page, with its printed label when the PDF has one that is not the
+    page's number), and the chunk's range of lines (pages); the snippet's marks are the words of
     `weighing` (the question's terms that weigh in the candidate's base).
 
     A chunk written before schema revision 0009 has no ``line_end``: its first line is cited.
@@ -84,6 +85,7 @@ def citation(c: Candidate, question_terms: Sequence[str], weighing: frozenset[st
         line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
         page_start=c.page, page_end=c.page, tags=c.tags, author=c.author, date=c.date,
         marks=marks(shown, weighing),
+        page_label=c.page_label if c.page is not None and c.page_label != str(c.page) else None,
     )
 
 

@@ -215,6 +215,9 @@ class CitationOut(BaseModel):
     page: int | None = Field(None, description="PDF page of the snippet's sentence (absent for other kinds)")
     page_start: int | None = Field(None, description="first PDF page of the passage (with page)")
     page_end: int | None = Field(None, description="last PDF page of the passage (with page)")
+    page_label: str | None = Field(None, description=(
+        "the page's printed label when the PDF has page labels and it differs from the page's number (page 19 "
+        "printed \"16\"); absent otherwise"))
     line: int | None = Field(None, description="line where the snippet's sentence starts (absent for PDF, docx)")
     line_start: int | None = Field(None, description="first line of the passage (with line)")
     line_end: int | None = Field(None, description="last line of the passage (with line)")
