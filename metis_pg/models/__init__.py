@@ -11,10 +11,8 @@ Every failure of a model leaves as :class:`~metis_pg.errors.EmbeddingModelUnavai
 one place, ``models/_http.py``.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
+from typing import Any as _Any
 
 
 __all__ = [
@@ -33,7 +31,11 @@ _HOME = {"Embedder": ".embed", "LocalE5Embedder": ".embed", "RemoteEmbedder": ".
          "Reranker": ".rerank", "RemoteReranker": ".rerank", "make_reranker": ".rerank"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name], __name__), name)
+        return getattr(_importlib.import_module(_HOME[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
