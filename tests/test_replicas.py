@@ -69,13 +69,13 @@ def poll(what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
 def pair() -> Iterator[tuple[str, str, Path]]:
     """(primary URI, standby URL, standby folder): a streaming standby of a migrated embedded primary."""
     with embedded_server("replicas") as (primary, pgdata):
-        migrate.upgrade(primary)
+        migrate.upgrade(primary, settings=Settings.from_env())
         folder = pgdata.parent / "standby"
         standby = replicas.create_standby(primary, folder)
         try:
             yield primary, standby, folder
         finally:
-            replicas.remove_standby(folder, primary)
+            replicas.remove_standby(folder, primary, settings=Settings.from_env())
 
 
 @pytest.fixture(scope="module")
@@ -342,7 +342,7 @@ def test_metis_db_replica_create_then_status_and_consistent_search(pair, base, t
         stopped = run_cli("db", "replica", "stop", str(folder))
         skipped = run_cli("search", base, "lantern", "--mode", "keyword", "--json", "--dsn", primary)
     finally:
-        replicas.remove_standby(folder, primary)
+        replicas.remove_standby(folder, primary, settings=Settings.from_env())
 
     assert status.code == 0, status.stderr
     assert f"replica {replicas.replica_label(url)}: ok · lag " in status.stdout
@@ -383,7 +383,7 @@ def test_a_stopped_standby_sends_searches_to_the_primary_with_a_warning_then_bac
 def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fail_at_once(
         hash_url, tmp_path, monkeypatch):
     with embedded_server("replicas-down") as (embedded, pgdata):
-        migrate.upgrade(embedded)
+        migrate.upgrade(embedded, settings=Settings.from_env())
         folder = pgdata.parent / "standby"
         standby = replicas.create_standby(embedded, folder)
         # Another spelling of the primary's URL: not the embedded server this process started, so
@@ -426,7 +426,7 @@ def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fa
             cli_ls = run_cli("ls", "kb", "--dsn", primary)
             cli_index = run_cli("index", str(tmp_path / "kb"), "--base", "kb", "--dsn", primary)
         finally:
-            replicas.remove_standby(folder)
+            replicas.remove_standby(folder, settings=Settings.from_env())
 
     assert answer.results[0].citation.document == "kiln.txt"
     assert "PRIMARY_UNAVAILABLE" in [w.code for w in answer.warnings], answer.warnings
