@@ -342,9 +342,15 @@ class Metis(IndexingMethods, SearchMethods):
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:
+    notes = row.get("vector_notes") or {}
+    missing = row["chunks_without_vector"]
+    refused, down = notes.get("refused", 0), notes.get("model_unavailable", 0)
     return BaseInfo(
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
-        documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
+        documents=row["documents"], chunks=row["chunks"], chunks_without_vector=missing,
+        without_vector_by_reason={"refused": refused, "model_unavailable": down,
+                                  "not_embedded_yet": max(0, missing - refused - down)},
+        chunks_cut=notes.get("cut", 0),
         vectors_reused=row["vectors_reused"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
         interrupted=bool(row.get("interrupted")), watched=bool(row.get("watched")),

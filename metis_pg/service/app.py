@@ -259,6 +259,8 @@ def create_app(
             "documents": info.documents,
             "chunks": info.chunks,
             "chunks_without_vector": info.chunks_without_vector,
+            "without_vector_by_reason": info.without_vector_by_reason,
+            "chunks_cut": info.chunks_cut,
             "vectors_reused": info.vectors_reused,
             "last_indexed_at": info.last_indexed_at,
             "job": job.to_dict() if job else None,
