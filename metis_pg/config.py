@@ -402,7 +402,8 @@ class Settings(BaseSettings):
     disk_free_margin_bytes: int = Field(
         1_000_000_000, ge=0, description="Bytes of the embedded server's disk indexing leaves free for searches and "
                                          "the WAL (or METIS_DISK_FREE_MARGIN_PCT of the disk, whichever is larger): "
-                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9).")
+                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9). Never under "
+                                         "64 MB: PostgreSQL stops when it cannot write its next 16 MB WAL segment.")
     disk_free_margin_pct: float = Field(
         5.0, ge=0, le=100, description="Percent of the embedded server's disk indexing leaves free (see "
                                        "METIS_DISK_FREE_MARGIN_BYTES).")
