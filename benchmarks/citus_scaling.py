@@ -44,6 +44,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_latency as sl  # noqa: E402  (the generator and helpers of the one-node benchmark)
 
+from metis_pg.config import Settings  # noqa: E402
 from metis_pg import db, migrate, storage  # noqa: E402
 from metis_pg.config import BaseSpec  # noqa: E402
 from metis_pg.retrieval import Filters, fuse_bases, leg_limit, run_search  # noqa: E402
@@ -111,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if one_dsn is None:
         home = Path(tempfile.mkdtemp(prefix="metis-citus-bench-"))
         one_dsn = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(one_dsn)
+    migrate.upgrade(one_dsn, settings=Settings.from_env())
     targets = {"one node": one_dsn, "citus": args.citus_url}
-    pools = {name: db.open_pool(url, max_size=4) for name, url in targets.items()}
+    pools = {name: db.open_pool(url, max_size=4, settings=Settings.from_env()) for name, url in targets.items()}
     with pools["citus"].connection() as conn:
         report["citus_version"] = conn.execute("SELECT citus_version()").fetchone()[0]
         distributed = conn.execute("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = 'chunks'::regclass"

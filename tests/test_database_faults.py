@@ -107,7 +107,7 @@ def base_id(metis: metis_pg.Metis, name: str) -> int:
 def own_server() -> Iterator[tuple[str, Path]]:
     """An embedded PostgreSQL for this module only (killed and filled by its tests): (uri, pgdata)."""
     with embedded_server("own") as (uri, pgdata):
-        migrate.upgrade(uri)
+        migrate.upgrade(uri, settings=Settings.from_env())
         yield uri, pgdata
 
 
