@@ -261,18 +261,22 @@ def index_paths(
 
         with pool.connection() as conn:
             missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
-            status = "waiting" if missing else "ready"
+            # Chunks the model refused are not sent again (vector_notes): nothing is left to wait for.
+            refused_chunks = storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars)
+            status = "waiting" if missing > refused_chunks else "ready"
             storage.set_status(conn, base.base_id, status, indexed=True)
         if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
             run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
         return IndexReport(
             base=base.name, **run.counts, failed=tuple(run.failed),
-            chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
+            chunks_without_vector=missing, chunks_refused=refused_chunks, status=status,
+            warnings=tuple(run.warnings),
             seconds=time.perf_counter() - started,
         )
     except DiskFull:
         with pool.connection() as conn:  # the base as its rows are, not left "indexing"
-            missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+            missing = (storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+                       - storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars))
             storage.set_status(conn, base.base_id, "waiting" if missing else "ready", indexed=True)
         raise
 
