@@ -82,7 +82,8 @@ def search(
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
     consistent: Annotated[bool, typer.Option(
         "--consistent", help="Read your writes: search a read replica only once it has replayed every write "
-                             "committed so far (else the primary).")] = False,
+                             "committed so far (else the primary). With the primary down it cannot be "
+                             "confirmed: exit 5, saying why.")] = False,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
     as_jsonl: JsonlOption = False,
@@ -109,6 +110,10 @@ def search(
     """
     from ..formats import cut_below, search_output
 
+    if mode != "keyword":
+        from ..models._e5 import preload
+
+        preload()  # the bundled model loads while the command connects (metis search's start-up, issue 25)
     r = renderer(ctx)
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None,
