@@ -114,7 +114,7 @@ from metis_pg.retrieval import Filters, fuse_bases, leg_limit, run_search
 from metis_pg.tokenizer import terms as text_terms
 
 try:  # the indexer's batch size: the indexing figure writes as `metis index` does
-    from metis_pg.indexing.pipeline import _BATCH_CHUNKS as INDEX_BATCH_CHUNKS
+    from metis_pg.indexing.run import BATCH_CHUNKS as INDEX_BATCH_CHUNKS
 except ImportError:  # pragma: no cover - renamed
     INDEX_BATCH_CHUNKS = 500
 
@@ -797,7 +797,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of the indexer's size (``metis_pg.indexing.pipeline._BATCH_CHUNKS``,
+    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS``,
     documents of 10 chunks) per transaction, as ``metis index`` writes them when the model
     keeps up. The base is dropped after.
 

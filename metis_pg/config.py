@@ -351,7 +351,13 @@ class Settings(BaseSettings):
                               "one more login is refused, so the rest stay free for the service.")
     analyst_statement_timeout_s: float = Field(
         60.0, ge=0, description="Seconds a statement of a member of metis_analyst may run (the statement_timeout "
-                                "each of their sessions starts with; 0: no limit).")
+                                "each of their sessions starts with; 0: no limit). A member may SET it higher: "
+                                "metis serve also cancels their statements that run longer (the analyst watchdog).")
+    analyst_watchdog_interval_s: float = Field(
+        1.0, ge=0, description="Seconds between two looks of metis serve's analyst watchdog at the server's sessions "
+                               "(a statement of a member of metis_analyst running longer than "
+                               "METIS_ANALYST_STATEMENT_TIMEOUT_S is cancelled, even with its statement_timeout "
+                               "lifted; 0: no watchdog).")
 
     # -- read replicas (metis_pg.replicas)
     read_database_urls: str = Field(
@@ -391,7 +397,8 @@ class Settings(BaseSettings):
     disk_free_margin_bytes: int = Field(
         1_000_000_000, ge=0, description="Bytes of the embedded server's disk indexing leaves free for searches and "
                                          "the WAL (or METIS_DISK_FREE_MARGIN_PCT of the disk, whichever is larger): "
-                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9).")
+                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9). Never under "
+                                         "64 MB: PostgreSQL stops when it cannot write its next 16 MB WAL segment.")
     disk_free_margin_pct: float = Field(
         5.0, ge=0, le=100, description="Percent of the embedded server's disk indexing leaves free (see "
                                        "METIS_DISK_FREE_MARGIN_BYTES).")

@@ -28,7 +28,7 @@ __all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_
            "check_revision"]
 
 #: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
-SCHEMA_REVISION = "0018"
+SCHEMA_REVISION = "0019"
 
 
 def _migrations_dir() -> Path:
@@ -68,6 +68,16 @@ def _engine(dsn: str, settings: Settings):
     return engine
 
 
+#: How the message of a migration that never reached the server starts (:func:`unreachable`).
+_UNREACHABLE = "could not connect to PostgreSQL"
+
+
+def unreachable(exc: DatabaseUnavailable) -> bool:
+    """Whether `exc`, from :func:`upgrade`, says the server could not be reached (no migration ran),
+    rather than that a migration failed."""
+    return exc.message.startswith(_UNREACHABLE)
+
+
 def _run(dsn: str, action, settings: Settings | None) -> None:
     cfg = _config(dsn)
     settings = settings or Settings.from_env()  # the CLI's `metis db` commands and scripts give none
@@ -77,7 +87,7 @@ def _run(dsn: str, action, settings: Settings | None) -> None:
             connection = engine.connect()
         except Exception as exc:  # in the user's terms: the search never got to a migration
             orig = getattr(exc, "orig", None) or exc
-            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
+            raise DatabaseUnavailable(f"{_UNREACHABLE}: {cause_of(orig, settings)}") from exc
         try:
             with connection, connection.begin():
                 cfg.attributes["connection"] = connection
@@ -148,7 +158,7 @@ def current_revision(dsn: str, *, settings: Settings | None = None) -> str | Non
     except Exception as exc:
         orig = getattr(exc, "orig", None) or exc
         if isinstance(orig, DATABASE_ERRORS):
-            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
+            raise DatabaseUnavailable(f"{_UNREACHABLE}: {cause_of(orig, settings)}") from exc
         raise
     finally:
         engine.dispose()

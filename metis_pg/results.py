@@ -315,6 +315,12 @@ class BaseInfo:
     text (embedded once, issue 24): chunks with a hashed vector minus distinct texts.
     ``watched``: a ``metis watch`` follows its folders now; ``caught_up_at``: when it last
     finished indexing what changed (ISO 8601), else None (:mod:`metis_pg.watch`).
+    ``without_vector_by_reason`` splits ``chunks_without_vector`` by why (issue 26, migration 0018):
+    ``refused`` (the embedding service refused the text: not sent again while the model and
+    ``METIS_EMBED_MAX_CHARS`` stay the same), ``model_unavailable`` (the model did not answer:
+    the next ``metis index`` tries again), ``not_embedded_yet`` (the rest: indexing goes on, or
+    an interrupted run); ``chunks_cut``: chunks whose vector was made from their text cut to
+    ``METIS_EMBED_MAX_CHARS``.
     """
 
     name: str
@@ -324,6 +330,8 @@ class BaseInfo:
     documents: int = 0
     chunks: int = 0
     chunks_without_vector: int = 0
+    without_vector_by_reason: dict[str, int] = field(default_factory=dict)
+    chunks_cut: int = 0
     vectors_reused: int = 0
     last_indexed_at: str | None = None
     interrupted: bool = False
@@ -339,6 +347,8 @@ class BaseInfo:
             "documents": self.documents,
             "chunks": self.chunks,
             "chunks_without_vector": self.chunks_without_vector,
+            "without_vector_by_reason": dict(self.without_vector_by_reason),
+            "chunks_cut": self.chunks_cut,
             "vectors_reused": self.vectors_reused,
             "last_indexed_at": self.last_indexed_at,
             "interrupted": self.interrupted,

@@ -71,3 +71,58 @@ def test_the_limits_come_from_the_settings_at_each_upgrade(dsn, monkeypatch):
     migrate.upgrade(dsn)
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT max_connections, statement_timeout_ms FROM analyst_limits").fetchone() == (10, 60000)
+
+
+def test_an_analyst_who_lifts_the_statement_timeout_is_still_cancelled_by_the_watchdog(metis, alice, caplog):
+    """A member may SET statement_timeout = 0 (a user setting); the watchdog cancels it anyway."""
+    from metis_pg.analyst import AnalystWatchdog
+
+    with psycopg.connect(alice, autocommit=True) as session:
+        session.execute("SET statement_timeout = 0")
+        # Without the watchdog the lifted timeout holds: 1.5 s runs past the 0.5 s limit.
+        session.execute("SELECT pg_sleep(1.5)")
+        watchdog = AnalystWatchdog(metis.pool, interval_s=0.2).start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled, match="canceling statement due to user request"):
+                session.execute("SELECT pg_sleep(30)")
+            took = time.monotonic() - started
+        finally:
+            watchdog.stop()
+        assert 0.5 <= took < 5
+        assert session.execute("SELECT 1").fetchone() == (1,)  # cancelled, not disconnected
+    assert any("analyst watchdog: cancelled the statement of alice_" in r.getMessage() for r in caplog.records)
+
+
+def test_the_watchdog_leaves_the_service_and_short_statements_alone(metis, alice):
+    from metis_pg.analyst import AnalystWatchdog
+
+    with psycopg.connect(metis.pool.conninfo, autocommit=True) as service, \
+            psycopg.connect(alice, autocommit=True) as session:
+        session.execute("SET statement_timeout = 0")
+        service.execute("SET statement_timeout = 0")
+        # The service's own statement runs past the analysts' 0.5 s and is not touched.
+        watchdog = AnalystWatchdog(metis.pool, interval_s=0.1).start()
+        try:
+            service.execute("SELECT pg_sleep(1.2)")
+            session.execute("SELECT pg_sleep(0.2)")
+        finally:
+            watchdog.stop()
+
+
+def test_metis_serve_runs_the_watchdog(metis, alice, monkeypatch):
+    """The HTTP service's lifespan starts the watchdog and stops it at shutdown."""
+    from fastapi.testclient import TestClient
+
+    from metis_pg.config import Settings
+    from metis_pg.service.app import create_app
+
+    app = create_app(metis, tokens="", settings=Settings(analyst_watchdog_interval_s=0.2))
+    with TestClient(app, base_url="http://127.0.0.1"):
+        with psycopg.connect(alice, autocommit=True) as session:
+            session.execute("SET statement_timeout = 0")
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                session.execute("SELECT pg_sleep(30)")
+            assert time.monotonic() - started < 5
+    assert app.state.analyst_watchdog._thread is None

@@ -205,10 +205,10 @@ def test_a_fifo_swapped_in_between_a_check_and_the_open_never_blocks(metis, fast
 
 def test_a_file_replaced_between_its_hash_and_its_parse_stores_one_version(metis, fast_base, tmp_path, monkeypatch):
     base_name = fast_base
-    from metis_pg.indexing import pipeline
+    from metis_pg.indexing import reading
 
     folder = write_corpus(tmp_path / "kb", {"notes.txt": "version A of the notes"})
-    real = pipeline.read_document
+    real = reading.read_document
 
     def read_after_a_swap(path, *args, **kwargs):  # an atomic replace lands between hash and parse
         replacement = folder / ".notes.tmp"
@@ -216,7 +216,7 @@ def test_a_file_replaced_between_its_hash_and_its_parse_stores_one_version(metis
         os.replace(replacement, folder / "notes.txt")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "read_document", read_after_a_swap)
+    monkeypatch.setattr(reading, "read_document", read_after_a_swap)
     metis.index(base_name, folder)
     monkeypatch.undo()
     with metis.pool.connection() as conn:

@@ -49,8 +49,8 @@ RELEASED: dict[str, tuple[str, str]] = {
     "views/documents.v1": ("0015", "5d2f4b74cb4da69a70858c3894426c8e75796744d3619712fea83c106d06ad2d"),
     "views/chunk_citations.v4": ("0015", "cc1814d3abf27c00234da0d85cb7137667ce421fbc7c764b1c871d6d77a468c2"),
     "search/bm25_top_k.v4": ("0016", "8486b7750e346d718ae20c4eccceb089d8e791c00e715cbfb054bc81b63eeaf4"),
-    "access/functions.v1": ("0018", "b25e5ecee675e13fe833d212784e173bda93d9bdd0717954ee60c0a471c2df87"),
-    "access/policies.v1": ("0018", "8b1d3f5d7988a920d09b9fea6a9adf0337610a4ed790e46005c482bbb6397720"),
+    "access/functions.v1": ("0019", "a39dbaf29d6ade78c14ef39d7f247e039642af50b66e45ab3897790f2073e858"),
+    "access/policies.v1": ("0019", "5d391b928d1752aa71844991018eca8e4d313b715a8ab16afebb8a24f2d0ee7a"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
