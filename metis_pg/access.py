@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from .errors import InvalidInput
+from .errors import ConfigError, InvalidInput
 
 __all__ = ["GROUP_PATTERN", "SEARCH_ROLE", "Principals", "check_groups", "principals_literal", "OnBehalf",
            "on_behalf", "parse_token_groups"]
@@ -115,17 +115,26 @@ def on_behalf(pool: Any, principals: Principals) -> Any:
     return OnBehalf(pool, principals)
 
 
-def parse_token_groups(entries: Iterable[str]) -> dict[str, tuple[str, ...]]:
+def parse_token_groups(entries: Iterable[str], *, min_chars: int = 1) -> dict[str, tuple[str, ...]]:
     """Map each bearer token of ``METIS_API_TOKENS`` entries to its groups.
 
     An entry is ``TOKEN`` (no group: it reads only documents without readers) or
     ``TOKEN=group+group`` (``hr+legal``). The token never holds ``=``.
 
     Raises:
-        InvalidInput: a malformed group name.
+        ConfigError: a token shorter than `min_chars`, a token given twice, or a malformed group name.
     """
     groups: dict[str, tuple[str, ...]] = {}
     for entry in entries:
         token, _, names = entry.partition("=")
-        groups[token.strip()] = check_groups(names.replace("+", ","), what="group of a token")
+        token = token.strip()
+        if len(token) < min_chars:
+            raise ConfigError(f"a token of METIS_API_TOKENS has {len(token)} characters before its groups; use at "
+                              f"least {min_chars}")
+        if token in groups:
+            raise ConfigError("a token of METIS_API_TOKENS is given twice: give each token its groups once")
+        try:
+            groups[token] = check_groups(names.replace("+", ","), what="group of a token")
+        except InvalidInput as exc:
+            raise ConfigError(f"METIS_API_TOKENS: {exc.message}") from None
     return groups

@@ -256,8 +256,9 @@ def test_dense_search_with_the_bundled_model_keeps_hr_from_eng(metis, base_name,
 def test_token_groups_are_parsed_from_the_tokens_setting():
     assert access.parse_token_groups(["a" * 20 + "=hr+Legal", "b" * 20]) == {"a" * 20: ("hr", "legal"),
                                                                             "b" * 20: ()}
-    with pytest.raises(InvalidInput):
-        access.parse_token_groups(["c" * 20 + "=h r"])
+    for bad in (["c" * 20 + "=h r"], ["short=hr"], ["d" * 20 + "=hr", "d" * 20 + "=eng"]):
+        with pytest.raises(metis_pg.ConfigError):
+            access.parse_token_groups(bad, min_chars=16)
 
 
 def test_front_matter_is_ignored_unless_the_source_allows_it(metis, kb, tmp_path: Path):
