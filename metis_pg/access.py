@@ -79,8 +79,9 @@ def begin_on_behalf(conn: psycopg.Connection, principals: Sequence[str]) -> None
     """Make the rest of `conn`'s current transaction read on behalf of `principals` (SET LOCAL ROLE
     metis_search and ``metis.principals``); both end with the transaction."""
     literal = principals_literal(principals)
-    conn.execute(f"SET LOCAL ROLE {SEARCH_ROLE}")
-    conn.execute("SELECT set_config('metis.principals', %s, true)", (literal,))
+    # One round trip: set_config('role', ..., true) is SET LOCAL ROLE.
+    conn.execute("SELECT set_config('role', %s, true), set_config('metis.principals', %s, true)",
+                 (SEARCH_ROLE, literal))
 
 
 class OnBehalf:
