@@ -134,7 +134,7 @@ def case_wal(args, scratch: Path, service: FakeService, corpus: Path, more: Path
     result: dict[str, Any] = {"disk_mb": args.size_mb}
     try:
         dsn = db.embedded_dsn(pgdata)
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn, settings=Settings.from_env())
         result["free_after_initdb_mb"] = round(free(disk) / MB, 1)
         guarded = metis_pg.Metis(dsn, settings=Settings(disk_free_margin_bytes=0, disk_free_margin_pct=args.margin_pct))
         guarded.create_base("full", embedding_model="test-embed", embedding_url=service.url, embedding_dim=DIM)
@@ -187,7 +187,7 @@ def case_table(args, scratch: Path, service: FakeService, corpus: Path) -> dict[
     result: dict[str, Any] = {"disk_mb": args.table_mb}
     try:
         dsn = db.embedded_dsn(pgdata)
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn, settings=Settings.from_env())
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f"CREATE TABLESPACE tiny LOCATION '{space}'")
             admin.execute("ALTER TABLE ALL IN TABLESPACE pg_default SET TABLESPACE tiny")
@@ -215,7 +215,7 @@ def case_own(args, scratch: Path, service: FakeService, corpus: Path) -> dict[st
     result: dict[str, Any] = {}
     try:
         dsn = db.embedded_dsn(pgdata) + "&application_name=own-server"  # not taken for the embedded one
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn, settings=Settings.from_env())
         with psycopg.connect(dsn) as conn:
             size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
             lsn = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]

@@ -107,6 +107,7 @@ except ImportError:  # a checkout that is not pip-installed
 
 from psycopg import sql
 
+from metis_pg.config import Settings
 from metis_pg import access, db, migrate, sqlfiles, storage
 from metis_pg.chunking import Chunk
 from metis_pg.config import BaseSpec
@@ -1023,8 +1024,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         home = Path(tempfile.mkdtemp(prefix="metis-bench-"))
         atexit.register(shutil.rmtree, home, ignore_errors=True)  # runs after the server's own atexit stop
         dsn = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(dsn)
-    pool = db.open_pool(dsn, max_size=4)  # 3 at once: a search over three bases runs a statement per base
+    migrate.upgrade(dsn, settings=Settings.from_env())
+    pool = db.open_pool(dsn, max_size=4, settings=Settings.from_env())  # 3 at once: a search over three bases runs a statement per base
     w = Words.make()
     check_tokenizer_agrees(w)
     spec = BaseSpec()

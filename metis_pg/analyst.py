@@ -34,13 +34,12 @@ log = logging.getLogger(__name__)
 TERMINATE_AFTER_S = 10.0
 
 
-def apply_limits(conn: psycopg.Connection, settings: Settings | None = None, *,
+def apply_limits(conn: psycopg.Connection, settings: Settings, *,
                  max_connections: int | None = None, statement_timeout_s: float | None = None) -> None:
-    """Write the analyst limits: the arguments given, else `settings`' (default: the environment).
+    """Write the analyst limits: the arguments given, else `settings`'.
 
     Takes effect at the members' next logins; sessions already open keep theirs.
     """
-    settings = settings or Settings.from_env()
     connections = settings.analyst_max_connections if max_connections is None else max_connections
     seconds = settings.analyst_statement_timeout_s if statement_timeout_s is None else statement_timeout_s
     conn.execute(sqlfiles.load("analyst/set_limits"),

@@ -276,6 +276,11 @@ class Settings(BaseSettings):
 
     ``Settings()`` (or :meth:`from_env`) reads the environment; keyword arguments win.
     An invalid value raises :class:`ConfigError` naming the variable.
+
+    The environment is read at the entry points only (the CLI, the HTTP and Eos servers,
+    :func:`metis_pg.connect`); everything below takes the settings it is handed. A script that
+    does not start from :func:`metis_pg.connect` reads them once with :meth:`from_env` and
+    passes them down (docs/architecture.md, "Settings come down, never up").
     """
 
     model_config = SettingsConfigDict(env_prefix="METIS_", env_ignore_empty=True, frozen=True, extra="ignore")

@@ -180,11 +180,11 @@ class ReadRouter:
         primary_dsn: the primary's URL, to recognise it among `urls`.
     """
 
-    def __init__(self, primary: db.Pool, urls: Sequence[str], settings: Settings | None = None, *,
+    def __init__(self, primary: db.Pool, urls: Sequence[str], settings: Settings, *,
                  primary_dsn: str | None = None) -> None:
         self.primary = primary
         self.primary_dsn = primary_dsn
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self._replica_settings = self.settings.model_copy(
             update={"database_wait_s": min(self.settings.database_wait_s, _REPLICA_WAIT_S)})
         self.replicas = [_Replica(url=u, name=replica_label(u)) for u in urls]

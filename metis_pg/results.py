@@ -267,7 +267,9 @@ class IndexReport:
     Counts are documents, except ``chunks`` (chunks written),
     ``chunks_embedded`` (vectors written) and ``vectors_reused`` (those of the
     vectors written whose embedding text already had one: copied, not embedded
-    again, issue 24). ``seconds`` is wall time.
+    again, issue 24). ``chunks_without_vector`` counts the base's chunks lacking a vector after the
+    run; ``chunks_refused`` those of them the embedding model refused, which later runs do not send
+    again (issue 26): the base is ``waiting`` only while others remain. ``seconds`` is wall time.
     """
 
     base: str
@@ -281,6 +283,7 @@ class IndexReport:
     chunks_embedded: int = 0
     vectors_reused: int = 0
     chunks_without_vector: int = 0
+    chunks_refused: int = 0
     status: str = "ready"
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
@@ -298,6 +301,7 @@ class IndexReport:
             "chunks_embedded": self.chunks_embedded,
             "vectors_reused": self.vectors_reused,
             "chunks_without_vector": self.chunks_without_vector,
+            "chunks_refused": self.chunks_refused,
             "status": self.status,
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),

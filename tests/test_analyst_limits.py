@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import analyst
 
@@ -27,12 +28,12 @@ def alice(metis: metis_pg.Metis) -> Iterator[str]:
     with psycopg.connect(metis.pool.conninfo, autocommit=True) as admin:
         admin.execute(f'CREATE ROLE "{name}" LOGIN')
         admin.execute(f'GRANT metis_analyst TO "{name}"')
-        analyst.apply_limits(admin, max_connections=2, statement_timeout_s=0.5)
+        analyst.apply_limits(admin, max_connections=2, statement_timeout_s=0.5, settings=Settings.from_env())
     try:
         yield make_conninfo(metis.pool.conninfo, user=name)
     finally:
         with psycopg.connect(metis.pool.conninfo, autocommit=True) as admin:
-            analyst.apply_limits(admin)
+            analyst.apply_limits(admin, settings=Settings.from_env())
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,))
             admin.execute(f'DROP ROLE "{name}"')
 
@@ -64,11 +65,11 @@ def test_the_limits_come_from_the_settings_at_each_upgrade(dsn, monkeypatch):
 
     monkeypatch.setenv("METIS_ANALYST_MAX_CONNECTIONS", "7")
     monkeypatch.setenv("METIS_ANALYST_STATEMENT_TIMEOUT_S", "12.5")
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     monkeypatch.undo()
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT max_connections, statement_timeout_ms FROM analyst_limits").fetchone() == (7, 12500)
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT max_connections, statement_timeout_ms FROM analyst_limits").fetchone() == (10, 60000)
 

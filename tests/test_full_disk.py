@@ -77,7 +77,7 @@ def test_indexing_onto_a_real_small_disk_stops_with_disk_full_while_the_margin_i
     """192 MB: the margin is METIS_DISK_FREE_MARGIN_PCT (40 %: 77 MB). 128 MB: both margins set to 0,
     the floor (64 MB) still holds: PostgreSQL PANICs when it cannot write its next 16 MB WAL segment."""
     dsn = db.embedded_dsn(small_disk)
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     pct = 40 if shutil.disk_usage(small_disk).total > 150 * MB else 0
     metis = metis_pg.Metis(dsn, settings=Settings(disk_free_margin_bytes=0, disk_free_margin_pct=pct))
     try:

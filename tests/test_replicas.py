@@ -74,13 +74,13 @@ def poll(what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
 def pair() -> Iterator[tuple[str, str, Path]]:
     """(primary URI, standby URL, standby folder): a streaming standby of a migrated embedded primary."""
     with embedded_server("replicas") as (primary, pgdata):
-        migrate.upgrade(primary)
+        migrate.upgrade(primary, settings=Settings.from_env())
         folder = pgdata.parent / "standby"
         standby = replicas.create_standby(primary, folder)
         try:
             yield primary, standby, folder
         finally:
-            replicas.remove_standby(folder, primary)
+            replicas.remove_standby(folder, primary, settings=Settings.from_env())
 
 
 @pytest.fixture(scope="module")
@@ -347,7 +347,7 @@ def test_metis_db_replica_create_then_status_and_consistent_search(pair, base, t
         stopped = run_cli("db", "replica", "stop", str(folder))
         skipped = run_cli("search", base, "lantern", "--mode", "keyword", "--json", "--dsn", primary)
     finally:
-        replicas.remove_standby(folder, primary)
+        replicas.remove_standby(folder, primary, settings=Settings.from_env())
 
     assert status.code == 0, status.stderr
     assert f"replica {replicas.replica_label(url)}: ok · lag " in status.stdout
@@ -393,7 +393,7 @@ def primary_down(hash_url, tmp_path_factory) -> Iterator[tuple[str, str, Path]]:
     """(primary URL, standby URL, the indexed folder): base ``kb`` indexed on a primary that was then
     stopped hard (``pg_ctl -m immediate``) once its streaming standby had caught up."""
     with embedded_server("replicas-down") as (embedded, pgdata):
-        migrate.upgrade(embedded)
+        migrate.upgrade(embedded, settings=Settings.from_env())
         folder = pgdata.parent / "standby"
         standby = replicas.create_standby(embedded, folder)
         # Another spelling of the primary's URL: not the embedded server this process started, so
@@ -409,7 +409,7 @@ def primary_down(hash_url, tmp_path_factory) -> Iterator[tuple[str, str, Path]]:
             local_standby._run("pg_ctl", ["-w", "-D", str(pgdata), "-m", "immediate", "stop"])
             yield primary, standby, corpus
         finally:
-            replicas.remove_standby(folder)
+            replicas.remove_standby(folder, settings=Settings.from_env())
 
 
 def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fail_at_once(

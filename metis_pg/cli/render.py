@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from ..config import BaseSpec
 from ..errors import InvalidInput, MetisError
+from ..formats import result_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compare import CompareResult
@@ -148,11 +149,9 @@ class Renderer:
         self.warnings(answer.warnings)
         if not answer.results:
             self.out.print("no results")
-        several = len(answer.bases) > 1
         for rank, r in enumerate(answer.results, start=1):
             c = r.citation
-            where = f"{r.base} · " if several else ""
-            heading = " > ".join(c.headings) if c.headings else c.title
+            where, heading = result_label(answer, r)
             more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
             self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
             self.out.print(f"   {visible(c.snippet)}")

@@ -1,6 +1,7 @@
 """Indexing: one pipeline for folders, files, notes and facts (SPEC F2-F4, F11, F14).
 
-ensure base → read → chunk → tokenize → write words → embed vectors:
+ensure base (``Metis.index``, before it calls :func:`index`) → read → chunk → tokenize → write
+words → embed vectors:
 
 - :mod:`.sources`: the files a folder gives (the walk, links, nesting of sources), their hashes.
 - :mod:`.pipeline`: a run (:func:`index`, :func:`index_paths`): phase 1 reads, chunks, tokenizes

@@ -1,4 +1,7 @@
-"""The indexing pipeline: ensure base → read → chunk → tokenize → write words → embed vectors (SPEC F2-F4).
+"""The indexing pipeline: read → chunk → tokenize → write words → embed vectors (SPEC F2-F4).
+
+The base is ensured (looked up, or created with the defaults) by ``Metis.index`` before it
+calls :func:`index` with the base's row and embedder: nothing here calls back up into the API.
 
 Two phases (issue 14): phase 1 (words) reads, chunks, tokenizes and writes every
 new or changed document's chunks and postings for the whole run without calling
@@ -47,11 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import db, storage
-from ..config import BaseSpec, Settings
+from ..config import Settings
 from ..documents import SourceInfo
 from ..errors import (
     DiskFull,
-    BaseNotFound,
     EmbeddingModelUnavailable,
     InvalidInput,
     MetisError,
@@ -74,35 +76,26 @@ Progress = Callable[[int, int, int], None]
 def index(
     pool: db.Pool,
     settings: Settings,
-    name: str,
+    row: storage.BaseRow,
     paths: Sequence[str | os.PathLike],
+    embedder: Embedder | None,
     *,
-    embedder_for: Callable[[BaseSpec], Embedder],
-    create_base: Callable[[str], object],
+    created: bool = False,
     max_file_bytes: int | None = None,
     **options,
 ) -> IndexReport:
-    """Index files and folders into the base `name`, created by ``create_base(name)`` if missing.
+    """Index files and folders into the base of `row`, embedding with `embedder`.
 
-    Ensures the base, then runs :func:`index_paths` as its one indexer
-    (:func:`metis_pg.storage.indexer_session`). A refused run (a missing folder, a reserved
-    source name) that created the base leaves none behind. `max_file_bytes` overrides the
-    spec's for this run; `options` are those of :func:`index_paths`.
+    Runs :func:`index_paths` as the base's one indexer (:func:`metis_pg.storage.indexer_session`).
+    `created`: the caller created the base for this run (``Metis.index`` ensures the base before
+    it calls here); a refused run (a missing folder, a reserved source name) then leaves none
+    behind. `max_file_bytes` overrides the spec's for this run; `options` are those of
+    :func:`index_paths`.
 
     Raises:
         InvalidInput, BaseBusy, DatabaseUnavailable: as :func:`index_paths` and the indexer lock.
     """
-    created = False
     try:
-        with pool.connection() as conn:
-            row = storage.get_base(conn, name)
-    except BaseNotFound:
-        create_base(name)
-        with pool.connection() as conn:
-            row = storage.get_base(conn, name)
-        created = True
-    try:
-        embedder = embedder_for(row.base_spec)
         if max_file_bytes is not None:
             row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
         with storage.indexer_session(pool, row.base_id):
@@ -111,9 +104,9 @@ def index(
         if created:
             with contextlib.suppress(MetisError):  # the run's own error is the one to report
                 with pool.connection() as conn:
-                    rows = storage.list_bases(conn, name)
+                    rows = storage.list_bases(conn, row.name)
                     if rows and not rows[0]["documents"]:
-                        storage.drop_base(conn, name)
+                        storage.drop_base(conn, row.name)
         raise
 
 
@@ -275,18 +268,22 @@ def index_paths(
 
         with pool.connection() as conn:
             missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
-            status = "waiting" if missing else "ready"
+            # Chunks the model refused are not sent again (vector_notes): nothing is left to wait for.
+            refused_chunks = storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars)
+            status = "waiting" if missing > refused_chunks else "ready"
             storage.set_status(conn, base.base_id, status, indexed=True)
         if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
             run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
         return IndexReport(
             base=base.name, **run.counts, failed=tuple(run.failed),
-            chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
+            chunks_without_vector=missing, chunks_refused=refused_chunks, status=status,
+            warnings=tuple(run.warnings),
             seconds=time.perf_counter() - started,
         )
     except DiskFull:
         with pool.connection() as conn:  # the base as its rows are, not left "indexing"
-            missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+            missing = (storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+                       - storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars))
             storage.set_status(conn, base.base_id, "waiting" if missing else "ready", indexed=True)
         raise
 
