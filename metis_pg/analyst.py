@@ -30,6 +30,11 @@ __all__ = ["apply_limits", "AnalystWatchdog", "Signalled"]
 
 log = logging.getLogger(__name__)
 
+#: Whether the role running the watchdog may see the analysts' statements and cancel them.
+_MAY_WATCH = ("SELECT coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user), false)"
+              " OR (pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER')"
+              " AND pg_catalog.pg_has_role(current_user, 'pg_signal_backend', 'MEMBER'))")
+
 #: Seconds past the limit after which a statement the cancel did not stop has its session ended.
 TERMINATE_AFTER_S = 10.0
 
@@ -72,8 +77,9 @@ class AnalystWatchdog:
     The limit is ``analyst_limits.statement_timeout_ms`` (``METIS_ANALYST_STATEMENT_TIMEOUT_S``;
     0: none), the one the login trigger sets as the session's ``statement_timeout``; unlike that
     setting, a member cannot lift this. The service's connection must be a superuser's or hold
-    ``pg_signal_backend`` (on a server of your own: ``GRANT pg_signal_backend TO metis``); else
-    one WARNING says so and nothing is cancelled. A statement runs at most the limit plus one
+    ``pg_read_all_stats`` (to see other roles' statements) and ``pg_signal_backend`` (on a server
+    of your own: ``GRANT pg_read_all_stats, pg_signal_backend TO metis``); else one WARNING says
+    so and nothing is cancelled. A statement runs at most the limit plus one
     `interval_s` (cancel), and one still running :data:`TERMINATE_AFTER_S` later has its session
     ended.
 
@@ -94,9 +100,14 @@ class AnalystWatchdog:
 
         Raises:
             DatabaseUnavailable: the database did not answer.
-            psycopg.errors.InsufficientPrivilege: the service's role may not signal the analysts.
+            psycopg.errors.InsufficientPrivilege: the service's role may not see or signal the analysts.
         """
         with self._pool.connection(timeout=max(1.0, self.interval_s)) as conn:
+            # Without pg_read_all_stats another role's sessions show no state or start time in
+            # pg_stat_activity: the watchdog would see nothing to cancel, silently.
+            if not conn.execute(_MAY_WATCH).fetchone()[0]:
+                raise psycopg.errors.InsufficientPrivilege(
+                    f"{conn.info.user} is neither a superuser nor a member of pg_read_all_stats and pg_signal_backend")
             rows = conn.execute(sqlfiles.load("analyst/cancel_overlong"),
                                 {"terminate_after_s": TERMINATE_AFTER_S}).fetchall()
         found = [Signalled(*row) for row in rows]
@@ -125,8 +136,9 @@ class AnalystWatchdog:
             try:
                 self.sweep()
             except psycopg.errors.InsufficientPrivilege as exc:
-                self._warn_once("privilege", "analyst watchdog: the service's role may not cancel the analysts' "
-                                f"statements ({exc.diag.message_primary}): grant it pg_signal_backend")
+                self._warn_once("privilege", "analyst watchdog: the service's role may not see or cancel the "
+                                f"analysts' statements ({exc.diag.message_primary or exc}): grant it "
+                                "pg_read_all_stats and pg_signal_backend")
             except psycopg.errors.UndefinedTable:
                 self._warn_once("schema", "analyst watchdog: no analyst_limits table (run `metis db upgrade`)")
             except MetisError as exc:  # the database down or restarting: the next look tries again

@@ -127,3 +127,44 @@ def test_metis_serve_runs_the_watchdog(metis, alice, monkeypatch):
                 session.execute("SELECT pg_sleep(30)")
             assert time.monotonic() - started < 5
     assert app.state.analyst_watchdog._thread is None
+
+
+@pytest.mark.parametrize("signal_backend", [True, False], ids=["pg_signal_backend", "no-privilege"])
+def test_the_watchdog_of_a_service_role_that_is_not_a_superuser(metis, alice, caplog, signal_backend):
+    """A server of your own: the service connects as an ordinary role. With pg_read_all_stats and
+    pg_signal_backend it cancels the analysts' statements; without, one WARNING names the grants."""
+    import logging
+
+    from metis_pg import db
+    from metis_pg.analyst import AnalystWatchdog
+    from metis_pg.config import Settings
+
+    service_role = f"svc_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(metis.pool.conninfo, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{service_role}" LOGIN')
+        admin.execute(f'GRANT SELECT ON analyst_limits TO "{service_role}"')
+        if signal_backend:
+            admin.execute(f'GRANT pg_read_all_stats, pg_signal_backend TO "{service_role}"')
+    pool = db.Pool(make_conninfo(metis.pool.conninfo, user=service_role), settings=Settings())
+    watchdog = AnalystWatchdog(pool, interval_s=0.2)
+    try:
+        with psycopg.connect(alice, autocommit=True) as session, caplog.at_level(logging.WARNING):
+            session.execute("SET statement_timeout = 0")
+            watchdog.start()
+            started = time.monotonic()
+            if signal_backend:
+                with pytest.raises(psycopg.errors.QueryCanceled):
+                    session.execute("SELECT pg_sleep(30)")
+                assert time.monotonic() - started < 5
+            else:
+                session.execute("SELECT pg_sleep(1.5)")  # not cancelled: the role may not
+                watchdog.stop()
+                warnings = [r.getMessage() for r in caplog.records if "analyst watchdog" in r.getMessage()]
+                assert len(warnings) == 1 and "grant it pg_read_all_stats and pg_signal_backend" in warnings[0], warnings
+    finally:
+        watchdog.stop()
+        pool.close()
+        with psycopg.connect(metis.pool.conninfo, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (service_role,))
+            admin.execute(f'REVOKE SELECT ON analyst_limits FROM "{service_role}"')
+            admin.execute(f'DROP ROLE "{service_role}"')

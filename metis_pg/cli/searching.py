@@ -84,7 +84,8 @@ def search(
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
     consistent: Annotated[bool, typer.Option(
         "--consistent", help="Read your writes: search a read replica only once it has replayed every write "
-                             "committed so far (else the primary).")] = False,
+                             "committed so far (else the primary). With the primary down it cannot be "
+                             "confirmed: exit 5, saying why.")] = False,
     as_group: AsOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
