@@ -4,7 +4,7 @@ A document has **readers**: the groups given to its source (``metis index DIR --
 narrowed by its own ``readers:`` metadata where the operator allows it for the source
 (``--front-matter-readers``). No readers = readable by every caller. PostgreSQL keeps them
 (``documents.readers``, given by a trigger when a document is written) and enforces them with
-row-level security (``sql/access/policies.v1.sql``, migration 0019).
+row-level security (``sql/access/policies.v1.sql``, migration 0020).
 
 A read on behalf of **principals** (the caller's groups) runs in a transaction that starts with
 ``SET LOCAL ROLE metis_search`` (a role that is neither a superuser nor BYPASSRLS, so the policies
@@ -34,7 +34,7 @@ __all__ = ["GROUP_PATTERN", "SEARCH_ROLE", "Principals", "check_groups", "princi
 
 #: A group name: lower case letters, digits, ``_ . -``, 1-63 characters, starting with a letter or digit.
 GROUP_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-#: The role every read on behalf of principals runs as (migration 0019).
+#: The role every read on behalf of principals runs as (migration 0020).
 SEARCH_ROLE = "metis_search"
 
 #: The caller's groups; None = the trusted operator (no row-level security).

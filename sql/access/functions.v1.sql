@@ -1,6 +1,6 @@
 -- Access control by readers (issue 21, part 2), version 1: the functions the row-level security
 -- policies of sql/access/policies.v1.sql and the documents' readers trigger use. Created by
--- migration 0019; released files are never edited (a change is a v2 file and a migration).
+-- migration 0020; released files are never edited (a change is a v2 file and a migration).
 --
 -- A document's readers (documents.readers, text[]): the groups that may read it; '{}' = every
 -- caller. '{!none}' = no group (only the operator): a front matter naming no group of its source.
@@ -67,7 +67,7 @@ $function$;
 -- The chunks of the bases that the transaction's principals may not read (documents with readers
 -- sharing no group with them): the ids only, for the keyword leg to drop (sql/search/hybrid.sql),
 -- whose posting blocks are shared by the groups of a base. SECURITY DEFINER (it must see what the
--- caller may not), executable by metis_search only (migration 0019); reads the few documents with
+-- caller may not), executable by metis_search only (migration 0020); reads the few documents with
 -- readers through the partial index ix_documents_restricted, then their chunks by document.
 CREATE OR REPLACE FUNCTION metis_hidden_chunks(p_base_ids int[]) RETURNS SETOF bigint
 LANGUAGE sql STABLE SECURITY DEFINER AS $function$

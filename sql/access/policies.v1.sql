@@ -1,5 +1,5 @@
 -- Access control by readers (issue 21, part 2), version 1: row-level security on the tables a
--- search, get, ls, notes, facts and the analysts' views read. Created by migration 0019; released
+-- search, get, ls, notes, facts and the analysts' views read. Created by migration 0020; released
 -- files are never edited (a change is a v2 file and a migration).
 --
 -- Two roles read under these policies; neither is a superuser nor BYPASSRLS, and neither owns a

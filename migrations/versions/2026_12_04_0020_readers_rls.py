@@ -1,8 +1,8 @@
 """documents' readers and row-level security: sources.readers, documents.readers, the role metis_search,
 policies for metis_search and metis_analyst, the analysts' views read with the analyst's rights
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-12-04
 
 Issue 21, part 2 (docs/security.md):
@@ -35,8 +35,8 @@ from alembic import op
 
 from metis_pg import sqlfiles
 
-revision: str = "0019"
-down_revision: str | None = "0018"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
