@@ -172,12 +172,8 @@ class IndexingMethods:
         Raises:
             BaseNotFound: no such base.
         """
-<<<<<<< HEAD
-        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)), principals=principals)[0]
-=======
         from . import notes
-        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)))[0]
->>>>>>> main
+        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)), principals=principals)[0]
 
     def delete_note(self, base: str, note_id: int) -> None:
         """Delete a note of `base` with its chunks, vectors and terms.
