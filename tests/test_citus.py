@@ -28,6 +28,7 @@ import hash_embedder
 from citus_cluster import URL, fresh_schema, needs_citus, partitions
 from cli_runner import run_cli
 from corpus import write_corpus
+from model_servers import FakeService, openai_embeddings
 
 pytestmark = needs_citus
 
@@ -320,3 +321,43 @@ def test_the_live_status_is_read_on_the_coordinator(m, bases):
     assert (live, listed, health[0]["status"]) == ("indexing", "indexing", "indexing")
     assert health[0]["chunks"] == len(HARBOUR)
     assert (after.status, after.interrupted) == ("ready", True)  # the indexer is gone, nothing left to embed
+
+
+def test_why_a_chunk_has_no_vector_is_noted_on_the_workers(m, tmp_path):
+    # vector_notes (migration 0018), distributed with the others: a refused text and a model that is down.
+    refuse = "POISONED"
+    state = {"down": False, "refused_sent": 0}
+
+    def respond(path: str, body):
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        state["refused_sent"] += sum(refuse in t for t in texts)
+        if state["down"]:
+            return 500, {"error": "down"}
+        if any(refuse in t for t in texts):
+            return 413, {"error": {"code": "TEXT_TOO_LONG", "message": "refused"}}
+        return openai_embeddings(body, 64)
+
+    service = FakeService(respond)
+    try:
+        m.create_base("noted", embedding_model="test-embed", embedding_url=service.url, embedding_dim=64)
+        folder = write_corpus(tmp_path / "noted", {
+            "a.txt": "Gannets nest on the cliffs.", "b.txt": f"A {refuse} text the model refuses.",
+            "c.txt": "Puffins dig burrows."})
+        first = m.index("noted", folder)
+        sent = state["refused_sent"]
+        again = m.index("noted", folder)  # the refused text is not sent again
+        refused = m.base("noted").without_vector_by_reason
+        state["down"] = True
+        (folder / "d.txt").write_text("Terns dive for sand eels.", encoding="utf-8")
+        down = metis_pg.Metis(m.dsn, pool=m.pool, settings=Settings()).index("noted", folder)
+        by_reason = m.base("noted").without_vector_by_reason
+        status = run_cli("status", "noted", "--dsn", URL)
+    finally:
+        service.close()
+        m.drop_base("noted")
+
+    assert first.chunks_without_vector == 1 and again.chunks_without_vector == 1
+    assert state["refused_sent"] == sent and refused["refused"] == 1
+    assert down.chunks_without_vector == 2 and by_reason == {"refused": 1, "model_unavailable": 1,
+                                                             "not_embedded_yet": 0}
+    assert status.code == 0 and "1 refused by the embedding model" in status.stdout, status.stdout
