@@ -361,3 +361,19 @@ def test_why_a_chunk_has_no_vector_is_noted_on_the_workers(m, tmp_path):
     assert down.chunks_without_vector == 2 and by_reason == {"refused": 1, "model_unavailable": 1,
                                                              "not_embedded_yet": 0}
     assert status.code == 0 and "1 refused by the embedding model" in status.stdout, status.stdout
+
+
+def test_phrases_exclusions_metadata_filters_and_per_document_search(m, bases):
+    phrase = m.search("kb", '"glaze firing"', mode="keyword")
+    excluded = m.search("kb", "kiln -porcelain", mode="hybrid")
+    dated = m.search("kb", "kiln", filters={"since": "2000-01-01", "exclude_prefixes": ["guide/"]})
+    per_document = m.search("kb", "clay kiln", per_document=True, top_k=2)
+    compound = m.search("kb", "stone", mode="keyword")  # in no chunk: its compound stoneware is searched
+
+    assert [r.citation.document for r in phrase.results] == ["kiln.txt"]
+    assert "kiln.txt" in {r.citation.document for r in excluded.results}
+    assert not any("porcelain" in r.text.lower() for r in excluded.results)
+    assert dated.results and not any(r.citation.document.startswith("guide/") for r in dated.results)
+    documents = [r.citation.document for r in per_document.results]
+    assert len(documents) == len(set(documents)) and "guide/clay.md" in documents
+    assert [r.citation.document for r in compound.results] == ["guide/clay.md"]
