@@ -377,3 +377,21 @@ def test_phrases_exclusions_metadata_filters_and_per_document_search(m, bases):
     documents = [r.citation.document for r in per_document.results]
     assert len(documents) == len(set(documents)) and "guide/clay.md" in documents
     assert [r.citation.document for r in compound.results] == ["guide/clay.md"]
+
+
+def test_the_http_service_reads_the_cluster(m, bases):
+    # What the console's pages read too: GET /bases, a base's status, searches.
+    from fastapi.testclient import TestClient
+
+    from metis_pg.service.app import create_app
+
+    with TestClient(create_app(m, tokens=""), base_url="http://127.0.0.1") as client:
+        found = client.post("/search", json={"bases": ["kb", "harbour"], "question": "kiln", "mode": "hybrid"})
+        listed = client.get("/bases")
+        status = client.get("/bases/kb/status")
+        health = client.get("/healthz")
+
+    assert found.status_code == 200 and {r["base"] for r in found.json()["results"]} == {"kb", "harbour"}, found.text
+    assert listed.status_code == 200 and {"kb", "harbour"} <= {b["name"] for b in listed.json()["bases"]}
+    assert status.status_code == 200 and status.json()["documents"] == len(KILN), status.text
+    assert health.status_code == 200, health.text
