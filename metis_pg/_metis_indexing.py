@@ -1,7 +1,8 @@
 """The indexing methods of :class:`metis_pg.Metis`: index, re-index, re-embed, notes and facts.
 
 Internal: a part of :class:`~metis_pg.api.Metis` (its base class), documented there; the work
-is :mod:`metis_pg.indexing`'s and :mod:`metis_pg.notes`'.
+is :mod:`metis_pg.indexing`'s and :mod:`metis_pg.notes`', imported by the methods that use them: a
+search imports neither (``metis search``'s start-up, issue 25).
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import indexing, notes
 from .config import LOCAL_EMBEDDING_MODELS
 from .errors import BaseNotFound, InvalidInput
 from .results import Fact, IndexReport, Note, ReembedReport
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import documents
+    from . import documents, indexing
 
 __all__ = ["IndexingMethods"]
 
@@ -78,6 +78,7 @@ class IndexingMethods:
         except BaseNotFound:
             self.create_base(base)  # with the defaults; its embedder is checked (and kept) there
             row, created = self._base_row(base), True
+        from . import indexing
         return indexing.index(
             self.pool, self.settings, row, paths, self.embedder(row.base_spec), created=created,
             max_file_bytes=max_file_bytes, source_name=source, on_progress=on_progress,
@@ -134,6 +135,7 @@ class IndexingMethods:
                 query_prefix=query_prefix, passage_prefix=passage_prefix, embedding_protocol=embedding_protocol,
                 embedding_api_key_env=embedding_api_key_env,
             )
+        from . import indexing
         return indexing.reembed(self.pool, row, new, self.embedder(new), batch=self.settings.embed_batch_chunks,
                                 on_progress=on_progress)
 
@@ -150,6 +152,7 @@ class IndexingMethods:
             InvalidInput: empty or multi-line title, empty or oversized text.
         """
         row = self._base_row(base)
+        from . import notes
         return notes.add_note(self.pool, self.settings, row, self._embedder_or_none(row), title, text)
 
     def notes(self, base: str) -> list[Note]:
@@ -158,6 +161,7 @@ class IndexingMethods:
         Raises:
             BaseNotFound: no such base.
         """
+        from . import notes
         return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)))[0]
 
     def delete_note(self, base: str, note_id: int) -> None:
@@ -167,6 +171,7 @@ class IndexingMethods:
             BaseNotFound: no such base.
             NotFound: the base has no note with this id.
         """
+        from . import notes
         notes.delete_note(self.pool, self._base_row(base), note_id)
 
     def remember(
@@ -193,6 +198,7 @@ class IndexingMethods:
             InvalidInput: not a memory base, empty text, unknown or already replaced `supersedes`.
         """
         row = self._base_row(base)
+        from . import notes
         return notes.remember(self.pool, self.settings, row, self._embedder_or_none(row), text, key=key,
                               supersedes=supersedes, observed_at=observed_at)
 
@@ -202,6 +208,7 @@ class IndexingMethods:
         Raises:
             BaseNotFound: no such base.
         """
+        from . import notes
         return self._read(lambda pool: notes.list_facts(pool, self._base_row(base, pool),
                                                         holding_only=holding_only))[0]
 
@@ -222,6 +229,7 @@ class IndexingMethods:
             BaseNotFound: no such base.
             InvalidInput: the base has no folder source (nothing was ever indexed from a folder).
         """
+        from . import indexing
         return indexing.reindex(base, self.sources(base), only=only, on_source=on_source,
                                 index_one=lambda paths, source: self.index(base, *paths, source=source,
                                                                            **index_options),

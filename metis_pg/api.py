@@ -26,11 +26,11 @@ from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .filters import Filters
 from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder, make_embedder
-from .models.rerank import Reranker, make_reranker
 from .results import BaseInfo, SearchWarning
 from .search import MAX_QUESTION_CHARS, MAX_TOP_K, MODES, check_request, rerank_candidates
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .models.rerank import Reranker
     from collections.abc import Callable
 
 T = TypeVar("T")
@@ -283,6 +283,8 @@ class Metis(IndexingMethods, SearchMethods):
     def reranker(self, spec: BaseSpec) -> Reranker | None:
         """Return the (shared) reranker client of a spec, or None when it has none."""
         if spec not in self._rerankers:
+            from .models.rerank import make_reranker  # here: httpx only for a base with a reranker
+
             self._rerankers[spec] = make_reranker(spec, settings=self.settings)
         return self._rerankers[spec]
 

@@ -94,7 +94,7 @@ def _result(rank: int, r: Any, *, snippet_only: bool = False) -> dict[str, Any]:
     if snippet_only:
         data.pop("text")
     return {"rank": rank, "citation": r.citation.location(),
-            **{k: v for k, v in citation.items() if k != "snippet" or snippet_only}, **data}
+            **{k: v for k, v in citation.items() if k != "marks" and (k != "snippet" or snippet_only)}, **data}
 
 
 def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[str, Any]]:

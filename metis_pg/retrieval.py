@@ -66,6 +66,7 @@ class Candidate:
     share: float | None = None  # the dense share the statement fused with (after routing); same for every row
     absent_share: float | None = None  # share of the question's words no chunk of the bases holds
     bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
+    page_label: str | None = None  # the PDF page's printed label (chunking.Chunk.page_label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +349,7 @@ def run_search(
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
             tags=tuple(r["tags"] or ()), author=r["author"], date=r["document_date"],
             share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
+            page_label=r.get("page_label"),
         )
         for r in rows
     ]

@@ -270,7 +270,7 @@ def test_readme_first_command_installs_and_runs_the_demo():
     program, command = shlex.split(steps[2])
     assert program == ".venv/bin/metis"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts["metis"] == "metis_pg.cli:main"
+    assert scripts["metis"] == "metis_pg.cli:script"
     assert command in {c.name or c.callback.__name__ for c in app.registered_commands}
 
 

@@ -110,6 +110,10 @@ def search(
     """
     from ..formats import cut_below, search_output
 
+    if mode != "keyword":
+        from ..models._e5 import preload
+
+        preload()  # the bundled model loads while the command connects (metis search's start-up, issue 25)
     r = renderer(ctx)
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None,

@@ -215,11 +215,18 @@ class CitationOut(BaseModel):
     page: int | None = Field(None, description="PDF page of the snippet's sentence (absent for other kinds)")
     page_start: int | None = Field(None, description="first PDF page of the passage (with page)")
     page_end: int | None = Field(None, description="last PDF page of the passage (with page)")
+    page_label: str | None = Field(None, description=(
+        "the page's printed label when the PDF has page labels and it differs from the page's number (page 19 "
+        "printed \"16\"); absent otherwise"))
     line: int | None = Field(None, description="line where the snippet's sentence starts (absent for PDF, docx)")
     line_start: int | None = Field(None, description="first line of the passage (with line)")
     line_end: int | None = Field(None, description="last line of the passage (with line)")
     headings: list[str]
     snippet: str
+    marks: list[list[int]] = Field(default_factory=list, description=(
+        "spans of the snippet to mark, [start, end) in characters (Unicode code points): the question's words "
+        "that weigh in the base (idf; a word in more than a tenth of its chunks does not, unless the question's "
+        "rarest)"))
     tags: list[str] = Field(default_factory=list, description="the document's tags, lower case")
     author: str | None = Field(None, description="the document's author")
     date: str | None = Field(None, description="the document's date, else its file's modification time (ISO 8601)")

@@ -247,6 +247,7 @@ legs_done AS (
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
+       c.page_label,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
