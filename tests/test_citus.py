@@ -395,3 +395,23 @@ def test_the_http_service_reads_the_cluster(m, bases):
     assert listed.status_code == 200 and {"kb", "harbour"} <= {b["name"] for b in listed.json()["bases"]}
     assert status.status_code == 200 and status.json()["documents"] == len(KILN), status.text
     assert health.status_code == 200, health.text
+
+
+@pytest.mark.parametrize("statement", ["search/term_weights", "search/phrase_chunks", "search/compound_expand",
+                                       "search/filtered_documents", "citus/complete_scores"])
+def test_the_other_statements_of_a_search_of_one_base_are_router_queries(m, bases, statement):
+    from metis_pg import sqlfiles
+
+    base_id = sql("SELECT base_id FROM bases WHERE name = 'kb'")[0][0]
+    params = {"base_ids": [base_id], "terms": ["glaze", "firing"], "term_weights": None, "k1": 1.2, "b": 0.75,
+              "limit": 1000, "candidates": ["stone"], "per_term": 8, "min_rest": 4,
+              **retrieval.Filters.from_mapping({"tags_any": ["clay"]}).to_params()}
+    text = sqlfiles.load(statement)
+    if statement == "citus/complete_scores":  # it reads the hybrid statement's legs: stand-ins of one row each
+        text = ("WITH dense AS (SELECT chunk_id FROM chunks WHERE base_id = %(base_ids)s[1] LIMIT 1),"
+                " keyword AS (SELECT -1::bigint AS chunk_id), scores AS (" + text.rstrip().rstrip(";") + ")"
+                " SELECT * FROM scores")
+    with m.pool.connection() as conn:
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
+
+    assert plan.count("Task Count: 1") == 1 and "Distributed Subplan" not in plan, plan
