@@ -270,11 +270,13 @@ def test_the_search_count_and_the_analyst_views(m, bases):
     per_day = sql("SELECT sum(searches) FROM metis.searches_per_day WHERE base = 'kb'")[0][0]
     health = dict((r[0], r[1:]) for r in sql("SELECT base, status, documents, chunks FROM metis.base_health_v3"))
     cited = sql("SELECT document, text FROM metis.chunk_citations_v3 WHERE base = 'kb' ORDER BY chunk_id")
+    latest = sql("SELECT document, page_label FROM metis.chunk_citations_v5 WHERE base = 'kb' ORDER BY chunk_id")
     postings = sql("SELECT count(*) FROM metis.postings_v2 WHERE base = 'kb' AND term = 'kiln'")[0][0]
 
     assert per_day >= 1
     assert health["kb"][:2] == ("ready", len(KILN))
     assert {d for d, _ in cited} == set(KILN)
+    assert {d for d, _ in latest} == set(KILN) and {label for _, label in latest} == {None}
     assert postings >= 2
 
 
