@@ -144,8 +144,9 @@ _KEYWORD_ARGUMENTS = {
     "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
                    " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
     "p_only_chunks": "%(only_chunks)s::bigint[]",
-    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL THEN NULL"
-                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM excluded) END)",
+    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean THEN NULL"
+                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM (SELECT chunk_id FROM excluded"
+                     " UNION ALL SELECT chunk_id FROM hidden) AS dropped) END)",
 }
 _citus_statements: dict[str, bool] = {}
 
@@ -203,6 +204,13 @@ def hybrid_statement(citus: bool) -> str:
     # for Citus is a file of its own.
     complete = sqlfiles.load("citus/complete_scores").rstrip().rstrip(";")
     return _inline_call(hybrid, "bm25_chunk_scores", "m", complete)
+
+
+def restricted(conn: psycopg.Connection, base_ids: Sequence[int]) -> bool:
+    """Whether `conn` reads on behalf of principals (:mod:`metis_pg.access`) bases where documents may
+    have readers: the keyword leg then drops the chunks they may not read (its posting blocks are not
+    under row-level security; the dense leg's vectors and every chunk and document read are)."""
+    return bool(conn.execute(sqlfiles.load("search/restricted"), {"base_ids": list(base_ids)}).fetchone()[0])
 
 
 def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],
@@ -335,6 +343,7 @@ def run_search(
         "top_k": top_k,
         **filters.to_params(),
     }
+    params["restricted"] = restricted(conn, base_ids)  # the keyword leg drops the chunks they may not read
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(statement or hybrid_statement(on_citus(conn)), params).fetchall()
     if not rows:

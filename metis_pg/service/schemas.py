@@ -178,6 +178,11 @@ class IndexIn(_Body):
 
     paths: Annotated[list[_text(1, 4096)], Field(min_length=1, max_length=MAX_PATHS_PER_JOB)]
     source: _text(1, 200) | None = None
+    #: Groups that may read the documents of these sources (``[]``: every caller); None keeps the
+    #: sources' (docs/security.md).
+    readers: Annotated[list[_text(1, 63)], Field(max_length=100)] | None = None
+    #: Whether a document's own ``readers:`` front matter may narrow its source's; None keeps it.
+    front_matter_readers: bool | None = None
 
 
 class NoteIn(_Body):
