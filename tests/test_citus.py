@@ -148,7 +148,7 @@ def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases, case):
               "terms": query_terms("kiln glaze"), "term_weights": None, "k1": 1.2, "b": 0.75, "rrf_k": 60,
               "dense_weight": 1.0, "keyword_weight": 1.0, "leg_limit": 50, "top_k": 10,
               "asked_terms": query_terms("kiln glaze"), "only_chunks": chunk_ids if only else None,
-              "exclude_terms": exclude,
+              "exclude_terms": exclude, "restricted": False,
               **fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=60, weight_sum=2.0, dense_share=0.5,
                             route_absent=0.0, route_weak=0.0, weak_ratio=0.0, fired=()).params(),
               **retrieval.Filters.from_mapping(filters).to_params()}
@@ -417,3 +417,16 @@ def test_the_other_statements_of_a_search_of_one_base_are_router_queries(m, base
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
 
     assert plan.count("Task Count: 1") == 1 and "Distributed Subplan" not in plan, plan
+
+
+def test_a_read_on_behalf_of_principals_is_refused_on_citus(m, bases):
+    # Row-level security by readers cannot exist on distributed tables (Citus refuses subqueries in
+    # policies): distribute.sql drops the policies, and metis refuses such reads, never answers unfiltered.
+    assert sql("SELECT count(*) FROM pg_policies WHERE tablename IN ('documents', 'chunks')") == [(0,)]
+    with pytest.raises(metis_pg.DatabaseUnsupported, match="row-level security.*Citus"):
+        m.search("kb", "kiln", mode="keyword", principals=["hr"])
+    cli = run_cli("search", "kb", "kiln", "--mode", "keyword", "--as", "hr", "--dsn", URL)
+    operator = m.search("kb", "kiln", mode="keyword")
+
+    assert cli.code == 5 and "DATABASE_UNSUPPORTED" in cli.stderr, cli
+    assert operator.results  # the operator (no principals) still reads everything
