@@ -31,7 +31,7 @@ MAX_TF = 32767
 # statements, one line each, stay here.
 _COPY_BLOCKS = ("COPY posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset,"
                 " offsets, tfs) FROM STDIN")
-_COPY_SINGLE_BLOCKS = _COPY_BLOCKS + " (FORMAT BINARY)"
+_COPY_BLOCKS_BINARY = _COPY_BLOCKS + " (FORMAT BINARY)"
 _COPY_LENGTHS = "COPY block_lengths (base_id, block_no, lengths) FROM STDIN (FORMAT BINARY)"
 
 
@@ -218,26 +218,10 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
             term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
         term_id = np.array([term_ids[t] for t in encoded.terms], np.int64)[encoded.term]
         # In primary-key order (term, block, tier): each term's new rows land next to each other in
-        # the index. Rows of one posting (most of them) go by binary COPY, built as one numpy record
-        # array; rows with lists by text COPY, formatted here (psycopg formats lists element by element).
+        # the index. By binary COPY, the stream built in numpy (psycopg formats rows and lists in Python).
         order = np.lexsort((encoded.tier, encoded.block_no, term_id))
-        counts = np.diff(encoded.starts)[order]
-        single = order[counts == 1]
-        with cur.copy(_COPY_SINGLE_BLOCKS) as copy:
-            copy.write(_single_rows_binary(base_id, term_id[single], encoded, single))
-        several = order[counts > 1]
-        if len(several):
-            starts, offsets, tfs = encoded.starts.tolist(), encoded.offsets.tolist(), encoded.tfs.tolist()
-            line = f"{base_id}\t%d\t%d\t%d\t%d\t%d\t%d\t{{%s}}\t{{%s}}\n"
-            lines = [line % (t, tier, block, max_tf, min_length, first,
-                             ",".join(map(str, offsets[starts[r]:starts[r + 1]])),
-                             ",".join(map(str, tfs[starts[r]:starts[r + 1]])))
-                     for r, t, tier, block, max_tf, min_length, first in zip(
-                         several.tolist(), *(a[several].tolist() for a in (
-                             term_id, encoded.tier, encoded.block_no, encoded.max_tf, encoded.min_length,
-                             encoded.first_offset)))]
-            with cur.copy(_COPY_BLOCKS) as copy:
-                copy.write("".join(lines))
+        with cur.copy(_COPY_BLOCKS_BINARY) as copy:
+            copy.write(_rows_binary(base_id, term_id, encoded, order))
     with cur.copy(_COPY_LENGTHS) as copy:
         copy.set_types(["int4", "int4", "int4[]"])
         for block, block_lengths in encoded.lengths.items():
@@ -245,32 +229,71 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
     add_totals(conn, base_id, encoded.chunks, encoded.total_terms)
 
 
-#: One row of ``posting_blocks`` without lists in COPY's binary format: the field count, then each
-#: field's length and value (big-endian), the two lists NULL (length -1).
-_SINGLE_ROW = np.dtype([
+#: The fixed part of a ``posting_blocks`` row in COPY's binary format: the field count, then each
+#: field's length and value (big-endian), up to ``first_offset``; the two lists follow, each its
+#: length (-1: NULL) and, for a row of several postings, a one-dimensional smallint array.
+_ROW_HEAD = np.dtype([
     ("fields", ">i2"), ("base_len", ">i4"), ("base_id", ">i4"), ("term_len", ">i4"), ("term_id", ">i4"),
     ("tier_len", ">i4"), ("tier", ">i2"), ("block_len", ">i4"), ("block_no", ">i4"),
     ("max_tf_len", ">i4"), ("max_tf", ">i2"), ("min_length_len", ">i4"), ("min_length", ">i4"),
-    ("first_len", ">i4"), ("first_offset", ">i2"), ("offsets_len", ">i4"), ("tfs_len", ">i4"),
+    ("first_len", ">i4"), ("first_offset", ">i2"),
 ])
+#: An array's header in the binary format: dimensions, has-nulls flag, element type (smallint's
+#: oid, 21), length of its one dimension and its lower bound.
+_ARRAY_HEAD = np.dtype([("ndim", ">i4"), ("nulls", ">i4"), ("oid", ">i4"), ("size", ">i4"), ("lower", ">i4")])
+#: One smallint element: its length (2), its value.
+_ELEMENT = np.dtype([("len", ">i4"), ("value", ">i2")])
 _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, header extension length
 _BINARY_TRAILER = b"\xff\xff"
 
 
-def _single_rows_binary(base_id: int, term_id: np.ndarray, encoded: PostingColumns, rows: np.ndarray) -> bytes:
-    """Return COPY's binary stream (header, rows, trailer) of the one-posting `rows` of `encoded`,
-    in the order given, for :data:`_COPY_SINGLE_BLOCKS`."""
-    out = np.zeros(len(rows), _SINGLE_ROW)
-    out["fields"] = 9
+def _scatter(buffer: np.ndarray, positions: np.ndarray, records: np.ndarray) -> None:
+    """Copy each record's bytes into `buffer` (uint8) at its position."""
+    if len(records):
+        width = records.dtype.itemsize
+        buffer[positions[:, None] + np.arange(width)] = records.view(np.uint8).reshape(len(records), width)
+
+
+def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np.ndarray) -> bytes:
+    """Return COPY's binary stream (header, rows, trailer) of the rows of `c` in `order`, for
+    :data:`_COPY_BLOCKS_BINARY`; `term_id` is each row's term id in the base."""
+    counts = (c.starts[1:] - c.starts[:-1])[order]
+    several = counts > 1
+    array_bytes = np.where(several, _ARRAY_HEAD.itemsize + _ELEMENT.itemsize * counts, 0)
+    sizes = _ROW_HEAD.itemsize + 2 * (4 + array_bytes)
+    row_at = np.concatenate(([0], np.cumsum(sizes)[:-1])) + len(_BINARY_HEADER)
+    buffer = np.zeros(len(_BINARY_HEADER) + int(sizes.sum()) + len(_BINARY_TRAILER), np.uint8)
+    buffer[:len(_BINARY_HEADER)] = np.frombuffer(_BINARY_HEADER, np.uint8)
+    buffer[-2:] = 255
+    head = np.zeros(len(order), _ROW_HEAD)
+    head["fields"] = 9
     for name, size in (("base", 4), ("term", 4), ("tier", 2), ("block", 4), ("max_tf", 2), ("min_length", 4),
                        ("first", 2)):
-        out[f"{name}_len"] = size
-    out["offsets_len"] = out["tfs_len"] = -1
-    out["base_id"] = base_id
-    out["term_id"] = term_id
+        head[f"{name}_len"] = size
+    head["base_id"] = base_id
+    head["term_id"] = term_id[order]
     for name in ("tier", "block_no", "max_tf", "min_length", "first_offset"):
-        out[name] = getattr(encoded, name)[rows]
-    return _BINARY_HEADER + out.tobytes() + _BINARY_TRAILER
+        head[name] = getattr(c, name)[order]
+    _scatter(buffer, row_at, head)
+    lists_at = row_at + _ROW_HEAD.itemsize
+    rows = order[several]
+    n = counts[several]
+    # Postings of the rows of several, in output order: each row's run of c.offsets / c.tfs.
+    first = np.repeat(c.starts[rows] - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(int(n.sum()))
+    within = first - np.repeat(c.starts[rows], n)
+    for column, at in ((c.offsets, lists_at), (c.tfs, lists_at + 4 + array_bytes)):
+        lengths = np.where(several, array_bytes, -1).astype(">i4")
+        _scatter(buffer, at, lengths.view([("v", ">i4")]))
+        array_head = np.zeros(len(rows), _ARRAY_HEAD)
+        array_head["ndim"], array_head["oid"], array_head["lower"] = 1, 21, 1
+        array_head["size"] = n
+        _scatter(buffer, at[several] + 4, array_head)
+        elements = np.zeros(len(first), _ELEMENT)
+        elements["len"] = 2
+        elements["value"] = column[first]
+        _scatter(buffer, np.repeat(at[several] + 4 + _ARRAY_HEAD.itemsize, n) + _ELEMENT.itemsize * within,
+                 elements)
+    return buffer.tobytes()
 
 
 def add_totals(conn: psycopg.Connection, base_id: int, chunks: int, terms: int) -> None:
