@@ -105,6 +105,7 @@ except ImportError:  # a checkout that is not pip-installed
 
 from psycopg import sql
 
+from metis_pg.config import Settings
 from metis_pg import db, migrate, sqlfiles, storage
 from metis_pg.chunking import Chunk
 from metis_pg.config import BaseSpec
@@ -112,7 +113,7 @@ from metis_pg.retrieval import Filters, fuse_bases, leg_limit, run_search
 from metis_pg.tokenizer import terms as text_terms
 
 try:  # the indexer's batch size: the indexing figure writes as `metis index` does
-    from metis_pg.indexing.pipeline import _BATCH_CHUNKS as INDEX_BATCH_CHUNKS
+    from metis_pg.indexing.run import BATCH_CHUNKS as INDEX_BATCH_CHUNKS
 except ImportError:  # pragma: no cover - renamed
     INDEX_BATCH_CHUNKS = 500
 
@@ -782,7 +783,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of the indexer's size (``metis_pg.indexing.pipeline._BATCH_CHUNKS``,
+    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS``,
     documents of 10 chunks) per transaction, as ``metis index`` writes them when the model
     keeps up. The base is dropped after.
 
@@ -1008,8 +1009,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         home = Path(tempfile.mkdtemp(prefix="metis-bench-"))
         atexit.register(shutil.rmtree, home, ignore_errors=True)  # runs after the server's own atexit stop
         dsn = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(dsn)
-    pool = db.open_pool(dsn, max_size=4)  # 3 at once: a search over three bases runs a statement per base
+    migrate.upgrade(dsn, settings=Settings.from_env())
+    pool = db.open_pool(dsn, max_size=4, settings=Settings.from_env())  # 3 at once: a search over three bases runs a statement per base
     w = Words.make()
     check_tokenizer_agrees(w)
     spec = BaseSpec()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import indexing, notes
 from .config import LOCAL_EMBEDDING_MODELS
-from .errors import InvalidInput
+from .errors import BaseNotFound, InvalidInput
 from .results import Fact, IndexReport, Note, ReembedReport
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,8 +72,14 @@ class IndexingMethods:
             raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
         if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
             raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
+        # Ensure the base here, then one call down: the pipeline never climbs back to the Metis.
+        try:
+            row, created = self._base_row(base), False
+        except BaseNotFound:
+            self.create_base(base)  # with the defaults; its embedder is checked (and kept) there
+            row, created = self._base_row(base), True
         return indexing.index(
-            self.pool, self.settings, base, paths, embedder_for=self.embedder, create_base=self.create_base,
+            self.pool, self.settings, row, paths, self.embedder(row.base_spec), created=created,
             max_file_bytes=max_file_bytes, source_name=source, on_progress=on_progress,
             batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
             on_embed_progress=on_embed_progress,

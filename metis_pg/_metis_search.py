@@ -10,12 +10,14 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import db, retrieval
+from . import db
+from .filters import Filters
 from .config import BaseSpec
 from .errors import BaseNotFound, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder
 from .results import SearchResponse
-from .search import MAX_TOP_K, SearchPipeline, SearchRequest, to_response
+from .search import MAX_TOP_K, SearchPipeline, SearchRequest
+from .search_answer import to_response
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import indexing
@@ -38,7 +40,7 @@ class SearchMethods:
         mode: str = "hybrid",
         top_k: int = 10,
         rerank: bool | None = None,
-        filters: dict[str, Any] | retrieval.Filters | None = None,
+        filters: dict[str, Any] | Filters | None = None,
         fusion: dict[str, Any] | None = None,
         consistent: bool = False,
         per_document: bool = False,
@@ -93,7 +95,7 @@ class SearchMethods:
         mode: str,
         top_k: int,
         rerank: bool | None,
-        filters: dict[str, Any] | retrieval.Filters | None,
+        filters: dict[str, Any] | Filters | None,
         embedder_for: Callable[[BaseSpec], Embedder],
         count: bool = True,
         fusion: dict[str, Any] | None = None,
@@ -119,7 +121,7 @@ class SearchMethods:
 
     def compare(self, bases: str | Sequence[str], question: str, *, top_k: int = 10,
                 rerank: bool | None = None,
-                filters: dict[str, Any] | retrieval.Filters | None = None,
+                filters: dict[str, Any] | Filters | None = None,
                 fusion: dict[str, Any] | None = None) -> "CompareResult":
         """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 

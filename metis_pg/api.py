@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from psycopg_pool import ConnectionPool
 
 from .search_counts import counts_of
-from . import db, documents, migrate, replicas, retrieval, storage
+from . import db, documents, migrate, replicas, storage
 from ._metis_indexing import IndexingMethods
 from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
+from .filters import Filters
 from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder, make_embedder
 from .models.rerank import Reranker, make_reranker
@@ -303,20 +304,20 @@ class Metis(IndexingMethods, SearchMethods):
         return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)))[0]
 
     def documents(self, base: str, prefix: str | None = None, *, source: str | None = None,
-                  filters: "dict[str, Any] | retrieval.Filters | None" = None) -> "list[documents.DocumentInfo]":
+                  filters: "dict[str, Any] | Filters | None" = None) -> "list[documents.DocumentInfo]":
         """Return the documents of `base` (path, source, kind, chunks, size, indexed at, tags, author,
         category, date, language), by path.
 
         Args:
             prefix: keep paths starting with it. source: keep this source's documents.
-            filters: the search filters (:class:`metis_pg.retrieval.Filters`, or its mapping:
+            filters: the search filters (:class:`metis_pg.filters.Filters`, or its mapping:
                 ``{"tags_any": ["hr"], "since": "2024-01-01"}``).
 
         Raises:
             BaseNotFound: no such base. InvalidInput: a malformed filter.
         """
-        if filters is not None and not isinstance(filters, retrieval.Filters):
-            filters = retrieval.Filters.from_mapping(filters)
+        if filters is not None and not isinstance(filters, Filters):
+            filters = Filters.from_mapping(filters)
         return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source,
                                                                 filters))[0]
 
@@ -341,9 +342,15 @@ class Metis(IndexingMethods, SearchMethods):
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:
+    notes = row.get("vector_notes") or {}
+    missing = row["chunks_without_vector"]
+    refused, down = notes.get("refused", 0), notes.get("model_unavailable", 0)
     return BaseInfo(
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
-        documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
+        documents=row["documents"], chunks=row["chunks"], chunks_without_vector=missing,
+        without_vector_by_reason={"refused": refused, "model_unavailable": down,
+                                  "not_embedded_yet": max(0, missing - refused - down)},
+        chunks_cut=notes.get("cut", 0),
         vectors_reused=row["vectors_reused"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
         interrupted=bool(row.get("interrupted")), watched=bool(row.get("watched")),

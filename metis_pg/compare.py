@@ -34,11 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import retrieval, storage
+from . import storage
+from .filters import Filters
 from .chunking import embedding_text
 from .errors import EmbeddingModelUnavailable
 from .results import Citation, SearchResponse, SearchWarning
-from .search import SearchRequest, citation, statement_key, to_response
+from .search import SearchRequest, statement_key
+from .search_answer import citation, to_response
 from .tokenizer import query_terms, terms
 
 if TYPE_CHECKING:
@@ -164,7 +166,7 @@ def why(dense_rank: int | None, keyword_rank: int | None, top_k: int, rerank: fl
 
 
 def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k: int = 10,
-            rerank: bool | None = None, filters: dict[str, Any] | retrieval.Filters | None = None,
+            rerank: bool | None = None, filters: dict[str, Any] | Filters | None = None,
             fusion: dict[str, Any] | None = None) -> CompareResult:
     """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 

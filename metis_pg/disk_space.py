@@ -11,8 +11,9 @@ the folder, the free and the needed space:
 - the embedded server: the free space of the disk of its data folder
   (``shutil.disk_usage``), against the write's estimate plus the margin:
   ``METIS_DISK_FREE_MARGIN_BYTES`` (1 GB) or ``METIS_DISK_FREE_MARGIN_PCT`` (5) %
-  of the disk, whichever is larger; what is left is for searches, the WAL and
-  the checkpoints that recycle it;
+  of the disk, whichever is larger, and never under :data:`MIN_MARGIN_BYTES` (64 MB:
+  PostgreSQL PANICs when it cannot write its next 16 MB WAL segment); what is left
+  is for searches, the WAL and the checkpoints that recycle it;
 - a server of your own (its disk is not this machine's): the database's size
   (``pg_database_size``) against ``METIS_DATABASE_MAX_BYTES`` when set (else not
   checked: that server's operator watches its disk).
@@ -31,12 +32,16 @@ from pathlib import Path
 
 from .errors import DiskFull
 
-__all__ = ["DiskGuard", "BYTES_PER_CHUNK", "BYTES_PER_VECTOR"]
+__all__ = ["DiskGuard", "BYTES_PER_CHUNK", "BYTES_PER_VECTOR", "MIN_MARGIN_BYTES"]
 
 #: Bytes a chunk may take to write, WAL included (an over-estimate).
 BYTES_PER_CHUNK = 24_000
 #: Bytes a vector may take to write, WAL included (384 half floats, its row, index, WAL).
 BYTES_PER_VECTOR = 4_000
+#: The least margin kept on the embedded server's disk, whatever the settings: PostgreSQL PANICs
+#: when it cannot create its next WAL segment (16 MB at once), measured with 6.4 MB still free
+#: (benchmarks/full_disk.py, docs/reliability.md); four segments leave room for a checkpoint too.
+MIN_MARGIN_BYTES = 64_000_000
 
 _MB = 1_000_000
 
@@ -93,7 +98,7 @@ class DiskGuard:
         """
         if self.data_folder is not None:
             usage = shutil.disk_usage(self.data_folder)
-            margin = max(self.margin_bytes, usage.total * self.margin_pct / 100)
+            margin = max(self.margin_bytes, usage.total * self.margin_pct / 100, MIN_MARGIN_BYTES)
             if usage.free - needed_bytes < margin:
                 raise DiskFull(
                     f"the database's disk is nearly full: {_size(usage.free)} free in {self.data_folder}, this "

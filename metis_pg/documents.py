@@ -31,7 +31,7 @@ from . import sqlfiles, storage
 from .errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import retrieval
+    from .filters import Filters
 
 __all__ = [
     "Target", "SourceInfo", "DocumentInfo", "DocumentChunk", "DocumentText",
@@ -207,7 +207,7 @@ def list_sources(pool: ConnectionPool, base: storage.BaseRow) -> list[SourceInfo
 
 def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = None,
           paths: Sequence[str] | None = None, source: str | None = None,
-          filters: "retrieval.Filters | None" = None) -> list[DocumentInfo]:
+          filters: "Filters | None" = None) -> list[DocumentInfo]:
     params = {"base_id": base.base_id, "prefix": prefix, "paths": None if paths is None else list(paths),
               "source": source, "document_ids": None}
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -224,7 +224,7 @@ def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = N
 
 
 def list_documents(pool: ConnectionPool, base: storage.BaseRow, prefix: str | None = None,
-                   source: str | None = None, filters: "retrieval.Filters | None" = None) -> list[DocumentInfo]:
+                   source: str | None = None, filters: "Filters | None" = None) -> list[DocumentInfo]:
     """Return the documents of `base` whose path starts with `prefix` (all when None) and that
     `filters` keep (the search filters: tags, author, dates, ...), by path."""
     if prefix is not None and "\x00" in prefix:

@@ -114,7 +114,7 @@ def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[s
 
 #: What ``status`` tells an agent of a base (not its spec: models' URLs, chunk sizes, weights).
 STATUS_FIELDS = ("name", "kind", "status", "interrupted", "documents", "chunks", "chunks_without_vector",
-                 "last_indexed_at")
+                 "without_vector_by_reason", "chunks_cut", "last_indexed_at")
 
 
 def _status(info: Any) -> dict[str, Any]:

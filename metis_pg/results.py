@@ -267,7 +267,9 @@ class IndexReport:
     Counts are documents, except ``chunks`` (chunks written),
     ``chunks_embedded`` (vectors written) and ``vectors_reused`` (those of the
     vectors written whose embedding text already had one: copied, not embedded
-    again, issue 24). ``seconds`` is wall time.
+    again, issue 24). ``chunks_without_vector`` counts the base's chunks lacking a vector after the
+    run; ``chunks_refused`` those of them the embedding model refused, which later runs do not send
+    again (issue 26): the base is ``waiting`` only while others remain. ``seconds`` is wall time.
     """
 
     base: str
@@ -281,6 +283,7 @@ class IndexReport:
     chunks_embedded: int = 0
     vectors_reused: int = 0
     chunks_without_vector: int = 0
+    chunks_refused: int = 0
     status: str = "ready"
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
@@ -298,6 +301,7 @@ class IndexReport:
             "chunks_embedded": self.chunks_embedded,
             "vectors_reused": self.vectors_reused,
             "chunks_without_vector": self.chunks_without_vector,
+            "chunks_refused": self.chunks_refused,
             "status": self.status,
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
@@ -315,6 +319,12 @@ class BaseInfo:
     text (embedded once, issue 24): chunks with a hashed vector minus distinct texts.
     ``watched``: a ``metis watch`` follows its folders now; ``caught_up_at``: when it last
     finished indexing what changed (ISO 8601), else None (:mod:`metis_pg.watch`).
+    ``without_vector_by_reason`` splits ``chunks_without_vector`` by why (issue 26, migration 0018):
+    ``refused`` (the embedding service refused the text: not sent again while the model and
+    ``METIS_EMBED_MAX_CHARS`` stay the same), ``model_unavailable`` (the model did not answer:
+    the next ``metis index`` tries again), ``not_embedded_yet`` (the rest: indexing goes on, or
+    an interrupted run); ``chunks_cut``: chunks whose vector was made from their text cut to
+    ``METIS_EMBED_MAX_CHARS``.
     """
 
     name: str
@@ -324,6 +334,8 @@ class BaseInfo:
     documents: int = 0
     chunks: int = 0
     chunks_without_vector: int = 0
+    without_vector_by_reason: dict[str, int] = field(default_factory=dict)
+    chunks_cut: int = 0
     vectors_reused: int = 0
     last_indexed_at: str | None = None
     interrupted: bool = False
@@ -339,6 +351,8 @@ class BaseInfo:
             "documents": self.documents,
             "chunks": self.chunks,
             "chunks_without_vector": self.chunks_without_vector,
+            "without_vector_by_reason": dict(self.without_vector_by_reason),
+            "chunks_cut": self.chunks_cut,
             "vectors_reused": self.vectors_reused,
             "last_indexed_at": self.last_indexed_at,
             "interrupted": self.interrupted,

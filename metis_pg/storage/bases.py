@@ -101,16 +101,23 @@ def base_not_found(conn: psycopg.Connection, name: object) -> BaseNotFound:
 
 
 def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:
-    """Return every base (or the one called `name`) with document and chunk counts."""
+    """Return every base (or the one called `name`) with document and chunk counts.
+
+    ``vector_notes`` is ``{reason: chunks}`` of the base's model (``sql/bases/vector_notes.sql``):
+    why chunks have no vector (``refused``, ``model_unavailable``), and vectors of a cut text (``cut``).
+    """
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
     if not rows:
         return rows
     # Counted apart (bases/counts.sql): on Citus bases/list.sql must run on the coordinator.
-    counts = {r[0]: r[1:] for r in conn.execute(sqlfiles.load("bases/counts"),
-                                                 {"base_ids": [r["base_id"] for r in rows]})}
+    base_ids = [r["base_id"] for r in rows]
+    counts = {r[0]: r[1:] for r in conn.execute(sqlfiles.load("bases/counts"), {"base_ids": base_ids})}
+    notes: dict[int, dict[str, int]] = {}
+    for base_id, reason, n in conn.execute(sqlfiles.load("bases/vector_notes"), {"base_ids": base_ids}):
+        notes.setdefault(base_id, {})[reason] = n
     return [{**r, "documents": counts[r["base_id"]][0], "chunks": counts[r["base_id"]][1],
-             "vectors_reused": counts[r["base_id"]][2]} for r in rows]
+             "vectors_reused": counts[r["base_id"]][2], "vector_notes": notes.get(r["base_id"], {})} for r in rows]
 
 
 def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:

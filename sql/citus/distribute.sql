@@ -5,7 +5,7 @@
 -- Distributed by base_id, all co-located with documents (one base's rows of every table in
 -- shards of the same number, on the same worker):
 --   documents, chunks, embeddings, posting_blocks, block_lengths, bm25_terms, bm25_totals, facts,
---   search_counts
+--   search_counts, vector_notes
 -- Local to the coordinator: alembic_version (the migrations' bookkeeping), analyst_limits (read by
 -- the login trigger of the coordinator, migration 0014).
 --
@@ -28,7 +28,7 @@ ORDER BY n
 SELECT format('SELECT create_distributed_table(%L, %L%s)', t, 'base_id',
               CASE WHEN t = 'documents' THEN '' ELSE ', colocate_with => ''documents''' END)
 FROM unnest(ARRAY['documents', 'chunks', 'embeddings', 'posting_blocks', 'block_lengths', 'bm25_terms',
-                  'bm25_totals', 'facts', 'search_counts']) WITH ORDINALITY AS x (t, n)
+                  'bm25_totals', 'facts', 'search_counts', 'vector_notes']) WITH ORDINALITY AS x (t, n)
 WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = t::regclass)
 ORDER BY n
 \gexec

@@ -99,7 +99,8 @@ excluded AS MATERIALIZED (
     JOIN posting_blocks AS pb ON pb.base_id = bt.base_id AND pb.term_id = bt.term_id
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset])) AS p(o)
     WHERE %(exclude_terms)s::text[] IS NOT NULL
-      AND bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(exclude_terms)s::text[])
+      AND bt.base_id = ANY(%(base_ids)s::int[]) AND pb.base_id = ANY(%(base_ids)s::int[])
+      AND bt.term = ANY(%(exclude_terms)s::text[])
 ),
 dense AS MATERIALIZED (
     SELECT nearest.chunk_id,
@@ -201,7 +202,8 @@ question AS MATERIALIZED (
                         JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
                         LEFT JOIN unnest(%(terms)s::text[], %(term_weights)s::float8[]) AS qt(term, weight)
                           ON qt.term = bt.term
-                        WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(terms)s::text[])
+                        WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND tot.base_id = ANY(%(base_ids)s::int[])
+                          AND bt.term = ANY(%(terms)s::text[])
                         GROUP BY bt.base_id) AS per_base), 0), 1) AS bm25_ratio
 ),
 route AS MATERIALIZED (
