@@ -203,7 +203,8 @@ def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k:
         rerank_score = ranked.rerank_scores.get(c.chunk_id)
         agreement, sentence = why(c.dense_rank, c.keyword_rank, top_k, rerank_score, shares_terms=shares)
         passages.append(ComparedPassage(
-            chunk_id=c.chunk_id, base=c.base, citation=citation(c, question_terms), text=c.text,
+            chunk_id=c.chunk_id, base=c.base, text=c.text,
+            citation=citation(c, question_terms, ranked.weighing.get(c.base, frozenset())),
             hybrid_rank=hybrid_rank.get(c.chunk_id), dense_rank=c.dense_rank, keyword_rank=c.keyword_rank,
             dense=c.dense, keyword=c.keyword, fused=c.fused, rerank=rerank_score,
             agreement=agreement, why=sentence,

@@ -296,8 +296,9 @@ class Settings(BaseSettings):
 
     # -- the HTTP service (metis serve)
     api_tokens: str = Field(
-        "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each. "
-                        "None: it binds loopback only.")
+        "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each, each TOKEN or "
+                        "TOKEN=group+group: the groups whose documents it reads (none: documents without readers "
+                        "only; docs/security.md). None: it binds loopback only.")
     allowed_hosts: str = Field(
         "", description="Host names (comma-separated, host or host:port) the HTTP service answers to without a "
                         "token besides loopback ones (localhost, 127.0.0.0/8, [::1]). Any other Host is answered "

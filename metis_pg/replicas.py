@@ -396,10 +396,11 @@ class ReadRouter:
     def _no_consistent_read(self, usable: Sequence[_Replica]) -> str:
         """Why a consistent read cannot be answered while the primary's WAL position cannot be read."""
         cause = self.primary.down() or self._primary_error or "it did not answer"
-        names = ", ".join(r.name for r in usable)
+        names = (f"replica {usable[0].name}" if len(usable) == 1
+                 else "one of the replicas " + ", ".join(r.name for r in usable))
         return (f"a consistent read (read-your-writes: consistent=True, --consistent) cannot be answered: it needs"
                 f" the primary's latest WAL position to know a replica has replayed every write, and the primary"
-                f" cannot be reached ({cause}). Without it the search is answered by replica {names}, its lag"
+                f" cannot be reached ({cause}). Without it the search is answered by {names}, its lag"
                 f" unknown")
 
     def _replayed(self, pool: db.Pool, lsn: str) -> bool:

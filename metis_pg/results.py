@@ -49,6 +49,10 @@ class Citation:
         page_start, page_end: the PDF pages the whole passage spans (with ``page``), else None.
         tags: the document's tags (lower case); author: its author, else None; date: its own
             date, else its file's modification time, else None (issue 21).
+        page_label: the printed label of `page` when the PDF has page labels and it is not the page's
+            number (page 19 printed "16"), else None.
+        marks: the spans of `snippet` to mark, ``(start, end)`` in characters (code points, end
+            excluded): the question's words that weigh in the base (:func:`metis_pg.snippets.marks`).
     """
 
     source: str
@@ -66,6 +70,8 @@ class Citation:
     tags: tuple[str, ...] = ()
     author: str | None = None
     date: datetime | None = None
+    marks: tuple[tuple[int, int], ...] = ()
+    page_label: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -81,18 +87,23 @@ class Citation:
             data["page"] = self.page
             data["page_start"] = self.page if self.page_start is None else self.page_start
             data["page_end"] = self.page if self.page_end is None else self.page_end
+            if self.page_label is not None:
+                data["page_label"] = self.page_label
         elif self.line is not None:
             data["line"] = self.line
             data["line_start"] = self.line if self.line_start is None else self.line_start
             data["line_end"] = self.line if self.line_end is None else self.line_end
         data["headings"] = list(self.headings)
         data["snippet"] = self.snippet
+        data["marks"] = [[a, b] for a, b in self.marks]
         return data
 
     def location(self) -> str:
-        """Return ``document:line``, ``document p.N`` or the document alone (the cited line or page)."""
+        """Return ``document:line``, ``document p.N`` (``document p.19 (printed 16)`` when the page prints
+        another label) or the document alone (the cited line or page)."""
         if self.page is not None:
-            return f"{self.document} p.{self.page}"
+            printed = f" (printed {self.page_label})" if self.page_label is not None else ""
+            return f"{self.document} p.{self.page}{printed}"
         if self.line is not None:
             return f"{self.document}:{self.line}"
         return self.document

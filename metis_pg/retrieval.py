@@ -66,6 +66,7 @@ class Candidate:
     share: float | None = None  # the dense share the statement fused with (after routing); same for every row
     absent_share: float | None = None  # share of the question's words no chunk of the bases holds
     bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
+    page_label: str | None = None  # the PDF page's printed label (chunking.Chunk.page_label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +144,9 @@ _KEYWORD_ARGUMENTS = {
     "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
                    " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
     "p_only_chunks": "%(only_chunks)s::bigint[]",
-    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL THEN NULL"
-                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM excluded) END)",
+    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean THEN NULL"
+                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM (SELECT chunk_id FROM excluded"
+                     " UNION ALL SELECT chunk_id FROM hidden) AS dropped) END)",
 }
 _citus_statements: dict[str, bool] = {}
 
@@ -202,6 +204,13 @@ def hybrid_statement(citus: bool) -> str:
     # for Citus is a file of its own.
     complete = sqlfiles.load("citus/complete_scores").rstrip().rstrip(";")
     return _inline_call(hybrid, "bm25_chunk_scores", "m", complete)
+
+
+def restricted(conn: psycopg.Connection, base_ids: Sequence[int]) -> bool:
+    """Whether `conn` reads on behalf of principals (:mod:`metis_pg.access`) bases where documents may
+    have readers: the keyword leg then drops the chunks they may not read (its posting blocks are not
+    under row-level security; the dense leg's vectors and every chunk and document read are)."""
+    return bool(conn.execute(sqlfiles.load("search/restricted"), {"base_ids": list(base_ids)}).fetchone()[0])
 
 
 def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Sequence[str],
@@ -334,6 +343,7 @@ def run_search(
         "top_k": top_k,
         **filters.to_params(),
     }
+    params["restricted"] = restricted(conn, base_ids)  # the keyword leg drops the chunks they may not read
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(statement or hybrid_statement(on_citus(conn)), params).fetchall()
     if not rows:
@@ -348,6 +358,7 @@ def run_search(
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
             tags=tuple(r["tags"] or ()), author=r["author"], date=r["document_date"],
             share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
+            page_label=r.get("page_label"),
         )
         for r in rows
     ]

@@ -38,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import ConnectionPool
 
@@ -53,7 +53,11 @@ from .search_answer import fusion_echo
 from .search_counts import counts_of
 from .search_warnings import health_warnings, tokenizer_warnings, unknown_source_warnings
 from .results import SearchWarning, Took
+from .snippets import weighing_terms
 from .tokenizer import query_terms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .models.rerank import Reranker  # imported by make_reranker when a base has one: httpx
 
 __all__ = [
     "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "SearchRequest", "Ranked", "SearchPipeline",
@@ -195,6 +199,8 @@ class Ranked:
         warnings: what the search could not do, or what the caller should know.
         took: milliseconds per step.
         fusion: the fusion parameters used, as :func:`~metis_pg.search_answer.fusion_echo` gives them.
+        weighing: base name -> the question's terms that weigh there, which snippets mark
+            (:func:`metis_pg.snippets.weighing_terms`).
     """
 
     request: SearchRequest
@@ -204,6 +210,7 @@ class Ranked:
     warnings: list[SearchWarning]
     took: Took
     fusion: dict[str, Any] = field(default_factory=dict)
+    weighing: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 #: Returns the (shared) embedding client of a base spec.
@@ -242,6 +249,7 @@ class SearchPipeline:
         with self.pool.connection() as conn:
             rows = [storage.get_base(conn, n) for n in request.bases]
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
+            weighing = term_weights(conn, rows, query_terms(request.searched))
         specs = {r.base_id: request.spec_for(r.base_spec) for r in rows}
         warnings: list[SearchWarning] = []
         if not any(ch.isalnum() for ch in request.question):
@@ -251,7 +259,7 @@ class SearchPipeline:
                                                       "punctuation or symbols: nothing was searched"))
             return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
                           fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, {}, mode),
-                          took=Took(total=(time.perf_counter() - started) * 1000))
+                          took=Took(total=(time.perf_counter() - started) * 1000), weighing=weighing)
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
             fetch = 2 * retrieval.leg_limit(top_k)
@@ -324,6 +332,7 @@ class SearchPipeline:
             warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, plans, mode),
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
+            weighing=weighing,
         )
 
     def _search_group(self, base_ids: list[int], spec: BaseSpec, vector: Any, terms: list[str], fetch: int,
@@ -433,3 +442,15 @@ def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k:
             scored.append((1.0 / (rrf_k + rank), c))
     scored.sort(key=lambda sc: (-sc[0], -sc[1].fused, sc[1].base, sc[1].chunk_id))
     return [c for _, c in scored[:top_k]]
+
+
+def term_weights(conn: Any, rows: Sequence[storage.BaseRow], question_terms: Sequence[str]) -> dict[str, frozenset[str]]:
+    """Return base name -> the question's terms that weigh in that base (its BM25 df and chunk count,
+    ``sql/search/term_weights.sql``; :func:`metis_pg.snippets.weighing_terms`): what snippets mark."""
+    if not question_terms or not rows:
+        return {}
+    found: dict[int, tuple[dict[str, int], int]] = {}
+    for base_id, term, df, chunk_count in conn.execute(sqlfiles.load("search/term_weights"), {
+            "base_ids": [r.base_id for r in rows], "terms": list(question_terms)}).fetchall():
+        found.setdefault(base_id, ({}, chunk_count))[0][term] = df
+    return {r.name: weighing_terms(*found[r.base_id]) for r in rows if r.base_id in found}

@@ -15,7 +15,7 @@ from .config import FUSION_FIELDS, BaseSpec
 from .readers.document import line_at
 from .results import Citation, Scores, SearchResponse, SearchResult
 from .retrieval import Candidate
-from .snippets import snippet_at
+from .snippets import marks, snippet_at
 from .tokenizer import query_terms
 
 if TYPE_CHECKING:
@@ -65,9 +65,11 @@ def _route(plan: fusion_functions.Plan, first: Any) -> dict[str, Any]:
     return {"dense_share": share, "features": fired, "absent_share": absent, "bm25_ratio": ratio}
 
 
-def citation(c: Candidate, question_terms: Sequence[str]) -> Citation:
+def citation(c: Candidate, question_terms: Sequence[str], weighing: frozenset[str] = frozenset()) -> Citation:
     """Return the citation of a candidate: its snippet around the question's terms, the line of the
-    snippet's sentence (or the PDF page), and the chunk's range of lines (pages).
+    snippet's sentence (or the PDF page, with its printed label when the PDF has one that is not the
+    page's number), and the chunk's range of lines (pages); the snippet's marks are the words of
+    `weighing` (the question's terms that weigh in the candidate's base).
 
     A chunk written before schema revision 0009 has no ``line_end``: its first line is cited.
     """
@@ -82,6 +84,8 @@ def citation(c: Candidate, question_terms: Sequence[str]) -> Citation:
         source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
         line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
         page_start=c.page, page_end=c.page, tags=c.tags, author=c.author, date=c.date,
+        marks=marks(shown, weighing),
+        page_label=c.page_label if c.page is not None and c.page_label != str(c.page) else None,
     )
 
 
@@ -96,7 +100,8 @@ def to_response(ranked: Ranked) -> SearchResponse:
                         fused=c.fused, rerank=rerank)
         results.append(SearchResult(
             score=rerank if ranked.reranked and rerank is not None else c.fused, text=c.text, base=c.base,
-            citation=citation(c, question_terms), scores=scores, chunk_id=c.chunk_id, holds=c.holds,
+            citation=citation(c, question_terms, ranked.weighing.get(c.base, frozenset())), scores=scores,
+            chunk_id=c.chunk_id, holds=c.holds,
         ))
     return SearchResponse(mode=request.mode, reranked=ranked.reranked, results=tuple(results),
                           warnings=tuple(ranked.warnings), took=ranked.took, bases=request.bases,

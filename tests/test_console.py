@@ -661,6 +661,28 @@ def test_compare_rows_show_their_snippet(driver, url, base, metis):
     assert snippets(driver) == want and all(want.values())
 
 
+def test_snippets_mark_only_the_words_that_weigh_in_the_base(driver, url, base, metis):
+    """Issue 25: "the" and "for" are in most passages of the base: not marked; "reset" and "router" are (idf),
+    in Search and in Compare, at the spans the API gives."""
+    question = "how do I reset the router for staff"
+    open_search(driver, url)
+    ask(driver, question, bases=[base])
+    want = next(r for r in metis.search(base, question).results if r.citation.document == "router.txt").citation
+    assert [want.snippet[a:b] for a, b in want.marks] == ["Reset", "router"]
+    result = next(e for e in driver.find_elements(By.CSS_SELECTOR, "#results .result")
+                  if e.find_element(By.CSS_SELECTOR, ".cite").text.startswith("router.txt"))
+    snippet = result.find_element(By.CSS_SELECTOR, ".snippet")
+    assert snippet.text == want.snippet and " the " in snippet.text and " for " in snippet.text
+    assert [m.text for m in snippet.find_elements(By.CSS_SELECTOR, "mark")] == ["Reset", "router"]
+
+    open_search(driver, url, f"#q={question.replace(' ', '+')}&base={base}&compare=1")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr"), what="the rows")
+    marked = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#compare-table tbody tr .snippet mark')).map((m) => m.textContent)")
+    assert marked and {m.lower() for m in marked} <= {"reset", "router", "staff"}, marked
+    assert not {"the", "for", "how", "do"} & {m.lower() for m in marked}
+
+
 def test_the_bases_page_offers_no_indexing_when_the_service_reads_no_folder(driver, metis, base):
     with service.running(service.create_app(metis, tokens=[TOKEN], source_roots=[])) as other:
         open_page(driver, f"{other}/console/bases")

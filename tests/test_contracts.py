@@ -101,9 +101,15 @@ def test_the_spec_codes_of_f14():
 FUNCTION_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
                         for p in sqlfiles.sql_root().rglob("*.sql")
                         if p.read_text(encoding="utf-8").lstrip("-").find("CREATE OR REPLACE FUNCTION") >= 0)
+# Files of row-level security policies (CREATE POLICY) are run by a migration too:
+# test_policy_files_are_what_the_database_enforces checks them.
+POLICY_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
+                      for p in sqlfiles.sql_root().rglob("*.sql")
+                      if "\nCREATE POLICY " in p.read_text(encoding="utf-8"))
 SQL_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
                    for p in sqlfiles.sql_root().rglob("*.sql") if p.parent.name != "citus"
-                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in FUNCTION_FILES)
+                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in FUNCTION_FILES
+                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in POLICY_FILES)
 _PARAM = re.compile(r"%\((\w+)\)[sbt]")  # psycopg placeholders: auto, binary, text format
 
 
@@ -129,6 +135,21 @@ def test_function_files_are_what_the_database_runs(metis):
                                              text, re.S):
                 stored = [r[0] for r in conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,))]
                 assert body in stored, f"{name}: the database's {function} is not the file's (a new version needs a migration)"
+
+
+def test_policy_files_are_what_the_database_enforces(metis):
+    assert "access/policies.v1" in _newest_versions(POLICY_FILES)
+    with metis.pool.connection() as conn:
+        stored = {(r[0], r[1]) for r in conn.execute("SELECT tablename, policyname FROM pg_policies"
+                                                     " WHERE schemaname = 'public'")}
+        enabled = {r[0] for r in conn.execute("SELECT relname FROM pg_class WHERE relrowsecurity"
+                                              " AND relnamespace = 'public'::regnamespace")}
+    for name in _newest_versions(POLICY_FILES):
+        text = sqlfiles.load(name)
+        policies = {(table, policy) for policy, table in re.findall(r"^CREATE POLICY (\w+) ON (\w+)", text, re.M)}
+        assert policies and policies <= stored, f"{name}: policies missing from the database: {policies - stored}"
+        tables = set(re.findall(r"^ALTER TABLE (\w+) ENABLE ROW LEVEL SECURITY", text, re.M))
+        assert tables <= enabled, f"{name}: row-level security is off on {tables - enabled}"
 
 
 def test_sql_files_exist():
@@ -270,7 +291,7 @@ def test_readme_first_command_installs_and_runs_the_demo():
     program, command = shlex.split(steps[2])
     assert program == ".venv/bin/metis"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts["metis"] == "metis_pg.cli:main"
+    assert scripts["metis"] == "metis_pg.cli:script"
     assert command in {c.name or c.callback.__name__ for c in app.registered_commands}
 
 

