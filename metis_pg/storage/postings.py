@@ -247,53 +247,50 @@ _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, header 
 _BINARY_TRAILER = b"\xff\xff"
 
 
-def _scatter(buffer: np.ndarray, positions: np.ndarray, records: np.ndarray) -> None:
-    """Copy each record's bytes into `buffer` (uint8) at its position."""
-    if len(records):
-        width = records.dtype.itemsize
-        buffer[positions[:, None] + np.arange(width)] = records.view(np.uint8).reshape(len(records), width)
+def _row_dtype(postings: int) -> np.dtype:
+    """The binary COPY layout of a ``posting_blocks`` row of `postings` postings: :data:`_ROW_HEAD`,
+    then the two lists, NULL (length -1) for one posting, else each its length, header and elements."""
+    if postings == 1:
+        return np.dtype(_ROW_HEAD.descr + [("offsets_len", ">i4"), ("tfs_len", ">i4")])
+    return np.dtype(_ROW_HEAD.descr + [
+        ("offsets_len", ">i4"), ("offsets_head", _ARRAY_HEAD), ("offsets", _ELEMENT, (postings,)),
+        ("tfs_len", ">i4"), ("tfs_head", _ARRAY_HEAD), ("tfs", _ELEMENT, (postings,)),
+    ])
 
 
 def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np.ndarray) -> bytes:
-    """Return COPY's binary stream (header, rows, trailer) of the rows of `c` in `order`, for
-    :data:`_COPY_BLOCKS_BINARY`; `term_id` is each row's term id in the base."""
+    """Return COPY's binary stream (header, rows, trailer) of the rows of `c`, for
+    :data:`_COPY_BLOCKS_BINARY`; `term_id` is each row's term id in the base.
+
+    Rows of the same number of postings share one layout (:func:`_row_dtype`) and are built as one
+    record array each, in `order` within it; the groups follow each other by number of postings.
+    """
     counts = (c.starts[1:] - c.starts[:-1])[order]
-    several = counts > 1
-    array_bytes = np.where(several, _ARRAY_HEAD.itemsize + _ELEMENT.itemsize * counts, 0)
-    sizes = _ROW_HEAD.itemsize + 2 * (4 + array_bytes)
-    row_at = np.concatenate(([0], np.cumsum(sizes)[:-1])) + len(_BINARY_HEADER)
-    buffer = np.zeros(len(_BINARY_HEADER) + int(sizes.sum()) + len(_BINARY_TRAILER), np.uint8)
-    buffer[:len(_BINARY_HEADER)] = np.frombuffer(_BINARY_HEADER, np.uint8)
-    buffer[-2:] = 255
-    head = np.zeros(len(order), _ROW_HEAD)
-    head["fields"] = 9
-    for name, size in (("base", 4), ("term", 4), ("tier", 2), ("block", 4), ("max_tf", 2), ("min_length", 4),
-                       ("first", 2)):
-        head[f"{name}_len"] = size
-    head["base_id"] = base_id
-    head["term_id"] = term_id[order]
-    for name in ("tier", "block_no", "max_tf", "min_length", "first_offset"):
-        head[name] = getattr(c, name)[order]
-    _scatter(buffer, row_at, head)
-    lists_at = row_at + _ROW_HEAD.itemsize
-    rows = order[several]
-    n = counts[several]
-    # Postings of the rows of several, in output order: each row's run of c.offsets / c.tfs.
-    first = np.repeat(c.starts[rows] - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(int(n.sum()))
-    within = first - np.repeat(c.starts[rows], n)
-    for column, at in ((c.offsets, lists_at), (c.tfs, lists_at + 4 + array_bytes)):
-        lengths = np.where(several, array_bytes, -1).astype(">i4")
-        _scatter(buffer, at, lengths.view([("v", ">i4")]))
-        array_head = np.zeros(len(rows), _ARRAY_HEAD)
-        array_head["ndim"], array_head["oid"], array_head["lower"] = 1, 21, 1
-        array_head["size"] = n
-        _scatter(buffer, at[several] + 4, array_head)
-        elements = np.zeros(len(first), _ELEMENT)
-        elements["len"] = 2
-        elements["value"] = column[first]
-        _scatter(buffer, np.repeat(at[several] + 4 + _ARRAY_HEAD.itemsize, n) + _ELEMENT.itemsize * within,
-                 elements)
-    return buffer.tobytes()
+    parts = [_BINARY_HEADER]
+    for postings in np.unique(counts).tolist():
+        rows = order[counts == postings]
+        out = np.zeros(len(rows), _row_dtype(postings))
+        out["fields"] = 9
+        for name, size in (("base", 4), ("term", 4), ("tier", 2), ("block", 4), ("max_tf", 2), ("min_length", 4),
+                           ("first", 2)):
+            out[f"{name}_len"] = size
+        out["base_id"] = base_id
+        out["term_id"] = term_id[rows]
+        for name in ("tier", "block_no", "max_tf", "min_length", "first_offset"):
+            out[name] = getattr(c, name)[rows]
+        if postings == 1:
+            out["offsets_len"] = out["tfs_len"] = -1
+        else:
+            at = c.starts[rows][:, None] + np.arange(postings)
+            for name, column in (("offsets", c.offsets), ("tfs", c.tfs)):
+                out[f"{name}_len"] = _ARRAY_HEAD.itemsize + _ELEMENT.itemsize * postings
+                head = out[f"{name}_head"]
+                head["ndim"], head["oid"], head["size"], head["lower"] = 1, 21, postings, 1
+                out[name]["len"] = 2
+                out[name]["value"] = column[at]
+        parts.append(out.tobytes())
+    parts.append(_BINARY_TRAILER)
+    return b"".join(parts)
 
 
 def add_totals(conn: psycopg.Connection, base_id: int, chunks: int, terms: int) -> None:
