@@ -1,7 +1,8 @@
 """Postings: posting blocks, block lengths and the BM25 statistics they change (migration 0011).
 
-:func:`encode_blocks` is the pure half (terms of chunks → rows); :func:`write_postings` the
-statements. Postings have no foreign key (a check per posting would halve indexing speed):
+:func:`encode_columns` is the pure half (terms of chunks → rows, as numpy columns;
+:func:`encode_blocks` the same rows as a dictionary); :func:`write_postings` the statements, the
+posting rows by one binary COPY whose bytes numpy builds. Postings have no foreign key (a check per posting would halve indexing speed):
 :mod:`.documents` and :mod:`.bases` delete them explicitly wherever a chunk goes.
 """
 
