@@ -27,7 +27,7 @@ from typing import Any
 
 import psycopg
 
-from .errors import ConfigError, InvalidInput
+from .errors import ConfigError, DatabaseUnsupported, InvalidInput
 
 __all__ = ["GROUP_PATTERN", "SEARCH_ROLE", "Principals", "check_groups", "principals_literal", "OnBehalf",
            "on_behalf", "parse_token_groups"]
@@ -77,11 +77,25 @@ def principals_literal(principals: Sequence[str]) -> str:
 
 def begin_on_behalf(conn: psycopg.Connection, principals: Sequence[str]) -> None:
     """Make the rest of `conn`'s current transaction read on behalf of `principals` (SET LOCAL ROLE
-    metis_search and ``metis.principals``); both end with the transaction."""
+    metis_search and ``metis.principals``); both end with the transaction.
+
+    Raises:
+        DatabaseUnsupported: the documents are not under row-level security (a Citus cluster, where
+            the policies cannot exist): never answered unfiltered.
+    """
     literal = principals_literal(principals)
-    # One round trip: set_config('role', ..., true) is SET LOCAL ROLE.
-    conn.execute("SELECT set_config('role', %s, true), set_config('metis.principals', %s, true)",
-                 (SEARCH_ROLE, literal))
+    # One round trip: set_config('role', ..., true) is SET LOCAL ROLE; and whether the documents are
+    # under row-level security at all (not on Citus: sql/citus/distribute.sql drops the policies).
+    enforced = conn.execute("SELECT set_config('role', %s, true), set_config('metis.principals', %s, true),"
+                            " (SELECT c.relrowsecurity FROM pg_catalog.pg_class AS c"
+                            "  WHERE c.oid = to_regclass('documents'))",
+                            (SEARCH_ROLE, literal)).fetchone()[2]
+    if not enforced:
+        raise DatabaseUnsupported(
+            "reads on behalf of principals (groups: --as, a token's groups) need the documents under row-level"
+            " security, and this database has none: on Citus the policies cannot exist (Citus refuses subqueries"
+            " in policies on distributed tables), so readers are not enforced there; read as the operator (no"
+            " principals) or on one node (docs/scaling.md)")
 
 
 class OnBehalf:

@@ -77,26 +77,37 @@ class DiskGuard:
                    margin_pct=settings.disk_free_margin_pct, max_database_bytes=settings.database_max_bytes)
 
     def check_pool(self, pool, needed_bytes: int) -> None:
-        """:meth:`check` for a write of `needed_bytes` through `pool` (its database's size read if needed)."""
+        """:meth:`check` for a write of `needed_bytes` through `pool` (its database's size, or its
+        tablespaces' folders, read if needed)."""
         from . import sqlfiles
 
         def database_bytes() -> int:
             with pool.connection() as conn:
                 return conn.execute(sqlfiles.load("storage/database_size")).fetchone()[0]
 
-        self.check(needed_bytes, database_bytes)
+        def tablespace_folders() -> list[Path]:
+            with pool.connection() as conn:
+                return [Path(r[0]) for r in conn.execute(sqlfiles.load("storage/tablespace_folders"))]
 
-    def check(self, needed_bytes: int, database_bytes: "Callable[[], int] | None" = None) -> None:
+        self.check(needed_bytes, database_bytes, tablespace_folders)
+
+    def check(self, needed_bytes: int, database_bytes: "Callable[[], int] | None" = None,
+              tablespace_folders: "Callable[[], list[Path]] | None" = None) -> None:
         """Raise :class:`DiskFull` when writing `needed_bytes` more would eat into the margin.
 
         Args:
             database_bytes: returns the database's size now (``pg_database_size``), for a
                 server of your own with ``max_database_mb`` set.
+            tablespace_folders: returns the folders of the embedded server's tablespaces: a
+                table moved to one grows on that disk, measured too (margin without the WAL
+                floor: the WAL stays in the data folder). Measured: without it, a tablespace's full
+                disk failed the run with "could not extend file" (docs/reliability.md).
 
         Raises:
             DiskFull: naming the folder (or the database), the free and the needed space.
         """
         if self.data_folder is not None:
+            self._check_tablespaces(needed_bytes, tablespace_folders)
             usage = shutil.disk_usage(self.data_folder)
             margin = max(self.margin_bytes, usage.total * self.margin_pct / 100, MIN_MARGIN_BYTES)
             if usage.free - needed_bytes < margin:
@@ -113,4 +124,25 @@ class DiskGuard:
                 raise DiskFull(
                     f"the database holds {_size(size)} and this write needs about {_size(needed_bytes)} more, "
                     f"over METIS_DATABASE_MAX_BYTES ({_size(limit)}): indexing stopped; what was written is kept"
+                )
+
+    def _check_tablespaces(self, needed_bytes: int, folders: "Callable[[], list[Path]] | None") -> None:
+        """:meth:`check` for each tablespace folder on another disk than the data folder."""
+        if folders is None:
+            return
+        data_disk = self.data_folder.stat().st_dev if self.data_folder.exists() else None
+        for folder in folders():
+            try:
+                if folder.stat().st_dev == data_disk:
+                    continue
+                usage = shutil.disk_usage(folder)
+            except OSError:  # a folder this process may not read: the server's own business
+                continue
+            margin = max(self.margin_bytes, usage.total * self.margin_pct / 100)
+            if usage.free - needed_bytes < margin:
+                raise DiskFull(
+                    f"the disk of the tablespace in {folder} is nearly full: {_size(usage.free)} free, this write "
+                    f"needs about {_size(needed_bytes)} and {_size(margin)} stay free (METIS_DISK_FREE_MARGIN_BYTES, "
+                    "METIS_DISK_FREE_MARGIN_PCT): indexing stopped; what was written is kept. Free some space and "
+                    "run `metis index` again"
                 )

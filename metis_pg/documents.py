@@ -11,7 +11,8 @@ Which document, and which part (:func:`parse_target`):
 - ``guide/leave.md``: the whole document;
 - ``guide/leave.md:12``: the chunk holding line 12 (the last chunk starting at or before it),
   the ``document:line`` a search result cites;
-- ``report.pdf p.3`` or ``report.pdf:p3``: the chunks of page 3 (``document p.N`` as cited);
+- ``report.pdf p.3`` or ``report.pdf:p3``: the chunks of page 3 (``document p.N`` as cited, also
+  ``document p.N (printed L)``);
 - ``guide/*.md``: every document whose path matches the glob (:mod:`fnmatch`; ``*`` crosses ``/``).
 """
 
@@ -39,7 +40,9 @@ __all__ = [
 ]
 
 _LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
-_PAGE = re.compile(r"^(?P<path>.+?)(?: p\.|:p)(?P<page>\d+)$")
+#: A page as cited: ``report.pdf p.3``, ``report.pdf:p3``; a citation of a page with a printed label,
+#: ``report.pdf p.19 (printed 16)``, is its page 19 (the label is said, not searched).
+_PAGE = re.compile(r"^(?P<path>.+?)(?: p\.|:p)(?P<page>\d+)(?: \(printed [^()]*\))?$")
 _GLOB = re.compile(r"[*?\[]")
 
 

@@ -26,6 +26,7 @@ from metis_pg.db import embedded
 from metis_pg.errors import DiskFull
 
 from model_servers import FakeService, embedding_service
+from pg_servers import embedded_server
 
 DIM = 64
 MB = 1_000_000
@@ -123,3 +124,42 @@ def test_a_server_of_your_own_stops_at_database_max_bytes(dsn, model, tmp_path):
     finally:
         metis.drop_base(base)
         metis.close()
+
+
+def test_a_tablespace_on_a_small_disk_is_watched_too(model, tmp_path):
+    """Tables and indexes moved to a tablespace on a small disk (the WAL stays in the data folder):
+    the check measures that disk too. Measured before: `could not extend file "pg_tblspc/…"`, the run
+    failing with DATABASE_UNAVAILABLE (benchmarks/full_disk.py, case table)."""
+    disk = Path(tempfile.mkdtemp(prefix="metis-small-tblspc-", dir="/var/tmp"))
+    disk.chmod(0o755)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0755", "tmpfs", str(disk)],
+                             capture_output=True, text=True) if shutil.which("mount") else None
+    if mounted is None or mounted.returncode != 0:
+        disk.rmdir()
+        pytest.skip("a real small disk needs `mount -t tmpfs` (root): "
+                    + (mounted.stderr.strip() if mounted is not None else "no mount command"))
+    try:
+        space = disk / "space"
+        space.mkdir()
+        shutil.chown(space, "pgserver")  # the user the embedded server runs as, under root
+        with embedded_server("tblspc") as (uri, _):
+            migrate.upgrade(uri, settings=Settings.from_env())
+            with psycopg.connect(uri, autocommit=True) as admin:
+                admin.execute(f"CREATE TABLESPACE small LOCATION '{space}'")
+                admin.execute("ALTER TABLE ALL IN TABLESPACE pg_default SET TABLESPACE small")
+                admin.execute("ALTER INDEX ALL IN TABLESPACE pg_default SET TABLESPACE small")
+            # 12 MB kept free (the percentage would apply to the data folder's big disk too).
+            metis = metis_pg.Metis(uri, settings=Settings(disk_free_margin_bytes=12 * MB, disk_free_margin_pct=0))
+            try:
+                metis.create_base("full", embedding_model="test-embed", embedding_url=model.url, embedding_dim=DIM)
+                with pytest.raises(DiskFull, match=rf"the disk of the tablespace in {space} is nearly full"):
+                    metis.index("full", documents(tmp_path / "kb", 600))
+                assert shutil.disk_usage(disk).free >= 0.9 * 12 * MB
+                info = metis.base("full")
+                assert info.status in ("waiting", "ready") and info.chunks > 200
+                assert metis.search(["full"], "harbour lantern", mode="keyword").results
+            finally:
+                metis.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+        shutil.rmtree(disk, ignore_errors=True)

@@ -58,6 +58,9 @@ def test_search_cites_the_printed_label_beside_the_page(dsn, metis, base_name, t
     assert plain["page"] == 5 and "page_label" not in plain  # no /PageLabels: the page's number alone
     text = run_cli("search", base_name, question, "-n", "2", "--dsn", dsn).stdout
     assert "manual.pdf p.5 (printed 2)" in text and "plain.pdf p.5 ·" in text, text
+    # The citation as printed reads the page back (metis get; MCP get takes a search's citation so).
+    [page] = run_cli("get", base_name, "manual.pdf p.5 (printed 2)", "--json", "--dsn", dsn).json()
+    assert "revoked certificate" in page["text"] and "keyring" not in page["text"]
 
     front = run_cli("search", base_name, "acknowledgements translators", "--json", "--dsn", dsn).json()["results"]
     first = next(r["citation"] for r in front if r["citation"]["document"] == "manual.pdf")

@@ -18,6 +18,27 @@ SET citus.multi_shard_modify_mode TO 'sequential';
 -- Without this, making bases a reference table first turns every table with a foreign key to it
 -- into a Citus local table (partmethod 'n', colocation 0), which cannot then be distributed.
 SET citus.enable_local_reference_table_foreign_keys TO off;
+-- documents has a trigger (documents_readers, migration 0020: a document's readers from its
+-- source's, a reference table present on every node): Citus distributes a table with triggers only
+-- when told to, and then runs them on the shards, on the workers.
+SET citus.enable_unsafe_triggers TO on;
+-- Row-level security by readers (migration 0020, sql/access/policies.v1.sql) cannot exist on
+-- distributed tables: Citus refuses subqueries in their policies ("Subqueries are not supported in
+-- policies on distributed tables"), and every policy there has one. On Citus the policies are
+-- dropped and row-level security is off; metis then refuses every read on behalf of principals
+-- (metis_pg.access: DATABASE_UNSUPPORTED) rather than answer it unfiltered (docs/scaling.md).
+SELECT format('DROP POLICY IF EXISTS %I ON %I', p.policyname, p.tablename)
+FROM pg_catalog.pg_policies AS p
+WHERE p.schemaname = current_schema()
+  AND p.tablename IN ('documents', 'chunks', 'embeddings', 'facts', 'posting_blocks', 'block_lengths', 'bm25_terms')
+ORDER BY p.tablename, p.policyname
+\gexec
+
+SELECT format('ALTER TABLE %I DISABLE ROW LEVEL SECURITY', c.relname)
+FROM pg_catalog.pg_class AS c
+WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relrowsecurity
+ORDER BY c.relname
+\gexec
 
 SELECT format('SELECT create_reference_table(%L)', t)
 FROM unnest(ARRAY['bases', 'sources']) WITH ORDINALITY AS x (t, n)

@@ -11,5 +11,6 @@ WHERE c.base_id = %(base_id)s
   AND NOT EXISTS (SELECT 1 FROM embeddings AS e
                   WHERE e.base_id = c.base_id AND e.chunk_id = c.chunk_id AND e.model = %(model)s)
 ON CONFLICT (base_id, chunk_id, model) DO UPDATE
-SET reason = 'model_unavailable', detail = excluded.detail, max_chars = excluded.max_chars, noted_at = now()
+SET reason = 'model_unavailable', detail = excluded.detail, max_chars = excluded.max_chars,
+    noted_at = excluded.noted_at  -- the column default, now(): Citus refuses a function here
 WHERE v.reason <> 'refused' OR v.max_chars IS DISTINCT FROM excluded.max_chars

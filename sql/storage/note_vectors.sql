@@ -8,4 +8,5 @@ SELECT %(base_id)s, n.chunk_id, %(model)s, n.reason, n.detail, %(max_chars)s::in
 FROM unnest(%(chunk_ids)s::bigint[], %(reasons)s::text[], %(details)s::text[]) AS n (chunk_id, reason, detail)
 WHERE EXISTS (SELECT 1 FROM chunks AS c WHERE c.base_id = %(base_id)s AND c.chunk_id = n.chunk_id)
 ON CONFLICT (base_id, chunk_id, model) DO UPDATE
-SET reason = excluded.reason, detail = excluded.detail, max_chars = excluded.max_chars, noted_at = now()
+SET reason = excluded.reason, detail = excluded.detail, max_chars = excluded.max_chars,
+    noted_at = excluded.noted_at  -- the column default, now(): Citus refuses a function here
