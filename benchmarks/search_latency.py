@@ -118,6 +118,13 @@ try:  # the indexer's batch size: the indexing figure writes as `metis index` do
     from metis_pg.indexing.run import BATCH_CHUNKS as INDEX_BATCH_CHUNKS
 except ImportError:  # pragma: no cover - renamed
     INDEX_BATCH_CHUNKS = 500
+try:  # ... and its most documents per batch (`metis index --batch`), whichever is reached first
+    import inspect
+
+    from metis_pg.indexing.pipeline import index_paths as _index_paths
+    INDEX_BATCH_DOCUMENTS = inspect.signature(_index_paths).parameters["batch_documents"].default
+except (ImportError, KeyError):  # pragma: no cover - renamed
+    INDEX_BATCH_DOCUMENTS = 100
 
 DIM = 384
 VOCABULARY_SIZE = 50_000
@@ -801,9 +808,9 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS``,
-    documents of 10 chunks) per transaction, as ``metis index`` writes them when the model
-    keeps up. The base is dropped after.
+    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS`` chunks or
+    the default most documents of ``metis index``, whichever is fewer; documents of 10 chunks) per
+    transaction, as ``metis index`` writes them when the model keeps up. The base is dropped after.
 
     Returns:
         ``{"chunks", "seconds", "chunks_per_s", "mean_chunk_chars", "batch_chunks"}``.
@@ -823,7 +830,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
         meta = storage.DocumentMeta(f"reports/report-{d:05d}.md", f"Report {d}", "md", f"h{d}", offset)
         documents.append((meta, chunks, list(unit_vectors(rng, len(chunks)))))
     written = 0
-    per_batch = max(1, INDEX_BATCH_CHUNKS // 10)
+    per_batch = max(1, min(INDEX_BATCH_CHUNKS // 10, INDEX_BATCH_DOCUMENTS))
     t0 = time.perf_counter()
     for i in range(0, len(documents), per_batch):
         batch = [storage.PendingDocument(meta, chunks, vectors) for meta, chunks, vectors in documents[i:i + per_batch]]
@@ -834,7 +841,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
     elapsed = time.perf_counter() - t0
     with pool.connection() as conn:
         storage.drop_base(conn, corpus.name)
-    return {"chunks": written, "seconds": elapsed, "chunks_per_s": written / elapsed, "batch_chunks": INDEX_BATCH_CHUNKS,
+    return {"chunks": written, "seconds": elapsed, "chunks_per_s": written / elapsed, "batch_chunks": per_batch * 10,
             "mean_chunk_chars": float(np.mean([len(c.text) for _, cs, _ in documents for c in cs]))}
 
 
