@@ -98,7 +98,7 @@ def all_sets() -> list[SetSpec]:
         _converted("gno-cjk-lexical"), _converted("gno-evals-multilingual"), _converted("gno-fastapi-multilingual"),
         _converted("qmd-eval-docs"), _converted("qmd-eval-docs", "queries", base="qmd-eval-docs"),
         _beir("agentset-arcd"), _beir("cranfield"), _beir("agentset-msmarco"), _beir("agentset-dbpedia"),
-        _own("npm-docs"), _own("python3-doc"),
+        _own("npm-docs"), _own("python3-doc"), _own("gno-e2e"),
     ]
 
 

