@@ -20,6 +20,9 @@ the one node is ``--dsn`` or a throwaway embedded server. On each, with the same
    once, fused: :func:`metis_pg.retrieval.fuse_bases`), and as one statement over the three
    (on Citus that one is refused: the error is reported).
 
+With ``--baseline GIT_REV`` one base's hybrid statement as it was at that revision is timed too,
+in turn with the others (on Citus inlined as today: what a search ran then).
+
 Prints a table and writes the figures (with ``load_avg``, the Citus version, the commit) as JSON.
 All nodes of a loopback cluster share this machine's cores: what it shows is the cost of
 distribution, not the gain of more machines.
@@ -31,6 +34,7 @@ import argparse
 import json
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,7 +48,8 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_latency as sl  # noqa: E402  (the generator and helpers of the one-node benchmark)
 
-from metis_pg import db, migrate, storage  # noqa: E402
+from metis_pg.config import Settings  # noqa: E402
+from metis_pg import db, migrate, retrieval, sqlfiles, storage  # noqa: E402
 from metis_pg.config import BaseSpec  # noqa: E402
 from metis_pg.retrieval import Filters, fuse_bases, leg_limit, run_search  # noqa: E402
 
@@ -76,10 +81,30 @@ def two_bases_apart(pool: db.Pool, spec: BaseSpec) -> list[sl.Corpus]:
     return chosen
 
 
-def fused(pool: db.Pool, model: str, q: sl.Query, base_ids: list[int]):
+def statement_at(revision: str, citus: bool) -> str:
+    """The hybrid statement as it was at git `revision` (``--baseline``): ``sql/search/hybrid.sql`` then,
+    on Citus with the keyword leg's and the complete scores' statements inlined as
+    :func:`metis_pg.retrieval.hybrid_statement` inlines them (``sql/citus/complete_scores.sql`` then)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def show(path: str) -> str:
+        return subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, check=True, capture_output=True,
+                              text=True).stdout
+
+    hybrid = show("sql/search/hybrid.sql")
+    if not citus:
+        return hybrid
+    keyword = retrieval._function_body(sqlfiles.load("search/bm25_top_k.v4"), "bm25_top_k",
+                                       retrieval._KEYWORD_ARGUMENTS)
+    hybrid = retrieval._inline_call(hybrid, "bm25_top_k", "k", keyword)
+    complete = show("sql/citus/complete_scores.sql").rstrip().rstrip(";")
+    return retrieval._inline_call(hybrid, "bm25_chunk_scores", "m", complete)
+
+
+def fused(pool: db.Pool, model: str, q: sl.Query, base_ids: list[int], statement: str | None = None):
     with pool.connection() as conn:
         return run_search(conn, base_ids=base_ids, model=model, query_embedding=q.vector, terms=q.terms,
-                          top_k=sl.TOP_K, filters=Filters())
+                          top_k=sl.TOP_K, filters=Filters(), statement=statement)
 
 
 def per_base(pool: db.Pool, executor: ThreadPoolExecutor, model: str, q: sl.Query, base_ids: list[int]):
@@ -101,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-chunks", type=int, default=15_000, help="chunks of each of the two bases indexed at once")
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--baseline", metavar="GIT_REV",
+                        help="also time one base's hybrid statement as it was at this revision, on both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     report: dict = {"command": "python benchmarks/citus_scaling.py " + " ".join(
@@ -111,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if one_dsn is None:
         home = Path(tempfile.mkdtemp(prefix="metis-citus-bench-"))
         one_dsn = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(one_dsn)
+    migrate.upgrade(one_dsn, settings=Settings.from_env())
     targets = {"one node": one_dsn, "citus": args.citus_url}
-    pools = {name: db.open_pool(url, max_size=4) for name, url in targets.items()}
+    pools = {name: db.open_pool(url, max_size=4, settings=Settings.from_env()) for name, url in targets.items()}
     with pools["citus"].connection() as conn:
         report["citus_version"] = conn.execute("SELECT citus_version()").fetchone()[0]
         distributed = conn.execute("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = 'chunks'::regclass"
@@ -171,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             cases[(name, "3 bases, a statement per base")] = \
                 lambda q, p=pool, m=model, i=ids: per_base(p, executor, m, q, i)
             cases[(name, "3 bases, one statement")] = lambda q, p=pool, m=model, i=ids: fused(p, m, q, i)
+            if args.baseline:
+                before = statement_at(args.baseline, citus=name == "citus")
+                cases[(name, f"one base, hybrid at {args.baseline}")] = \
+                    lambda q, p=pool, m=model, i=ids, st=before: fused(p, m, q, i[:1], st)
         samples: dict = {k: [] for k in cases}
         refused: dict = {}
         for i, q in enumerate(queries):
@@ -199,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     report["figures"] = figures
     print(f"\n{report['citus_version']}; load {report['load_avg']}")
     print(f"  {'case':<34} {'one node p50/p95 ms':>22} {'citus p50/p95 ms':>22}")
-    for case in ("one base, hybrid", "3 bases, a statement per base", "3 bases, one statement"):
+    shown = ["one base, hybrid"] + ([f"one base, hybrid at {args.baseline}"] if args.baseline else []) + [
+        "3 bases, a statement per base", "3 bases, one statement"]
+    for case in shown:
         row = []
         for name in targets:
             f = figures[name][case]

@@ -8,12 +8,17 @@ Prints, in new processes:
 - ``metis search BASE QUESTION --json`` with the embedded server already up (another process
   holds it: the benchmark): wall time, the search's own ``took.total``, and their difference,
   the overhead (Python start, imports, settings, pool, the question's model, exit);
-- the same with no process holding the server: each command starts it and stops it at exit.
+- the same with no process holding the server: each command starts it and stops it at exit;
+- with ``--phases``: where the time of one ``metis search`` goes, phase by phase, in a new process
+  doing what the command does step by step (Python start, imports, settings, joining the
+  server, pool and schema revision, listing the bases, the model's load and first question,
+  the search, printing, closing, exit), medians of R runs, for ``--mode keyword`` and hybrid.
 
 Usage::
 
     python benchmarks/cli_startup.py                 # a throwaway METIS_HOME in /var/tmp
     python benchmarks/cli_startup.py --repeats 7
+    python benchmarks/cli_startup.py --phases        # and the phase table
 
 Goal (issue 25): overhead of ``metis search`` <= 0.3 s on a quiet machine. Figures double
 under load: the load average is printed with them.
@@ -34,7 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-METIS = str(Path(sys.executable).with_name("metis"))
+#: The command as ``python -m``: the same entry point as the console script (``metis_pg.cli``'s
+#: ``__main__``), and PYTHONPATH can point it at another checkout to measure a before and an after.
+METIS = [sys.executable, "-m", "metis_pg.cli"]
 DOCS = {
     "leave.md": "# Leave\n\nFull-time staff get 25 days of paid vacation per calendar year.\n",
     "router.txt": "Reset the router using the red button for ten seconds.\n",
@@ -44,7 +51,9 @@ DOCS = {
 
 def wall(command: list[str], env: dict[str, str]) -> tuple[float, str]:
     t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr}")
     return time.perf_counter() - t0, done.stdout
 
 
@@ -55,11 +64,88 @@ def import_ms(module: str, env: dict[str, str]) -> float:
     return int(line.split("|")[1]) / 1000
 
 
+#: Run in a new process by :func:`phases`: what ``metis search BASE QUESTION --json`` does, phase by
+#: phase; prints the wall-clock time at the end of each phase (JSON on stderr).
+PHASES_CHILD = r"""
+import json, sys, time
+marks = [("start", time.time(), time.process_time())]
+def mark(name):
+    marks.append((name, time.time(), time.process_time()))
+base, question, mode = sys.argv[1:4]
+import metis_pg.cli as cli
+cli._app()
+mark("import the command tree")
+import metis_pg.api as api
+from metis_pg.formats import search_output
+mark("import the library")
+from metis_pg.config import Settings
+from metis_pg import db
+settings = Settings.from_env()
+mark("settings")
+dsn = db.resolve_dsn(None, settings)
+mark("join the server")
+m = api.Metis(dsn, settings=settings)
+m._check_revision(dsn, settings)
+mark("pool and schema revision")
+m.base_names(for_reading=True)
+mark("list the bases")
+if mode != "keyword":
+    embedder = m.embedder(m._base_row(base).base_spec)
+    getattr(embedder, "_get_model", lambda: None)()
+    mark("load the model")
+    embedder.embed_queries([question])
+    mark("the model's first question")
+answer = m.search([base], question, mode=mode)
+mark("search (model loaded)")
+sys.stdout.write(search_output(answer, "json"))
+sys.stdout.flush()
+mark("print")
+m.close()
+mark("close")
+sys.stderr.write("PHASES " + json.dumps(marks) + chr(10))
+getattr(cli, "_exit_now", sys.exit)(0)  # as the console script ends (metis_pg.cli.script)
+"""
+
+
+def phases(env: dict[str, str], base: str, question: str, mode: str,
+           repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Return the median seconds of each phase of a search (:data:`PHASES_CHILD`), ``"exit"`` last: wall
+    time, and the CPU time of the command's own process (what a quiet machine's wall time comes down to,
+    less the waits on the server and on disk; Python start and exit are not in the CPU figures)."""
+    runs: list[dict[str, float]] = []
+    cpu_runs: list[dict[str, float]] = []
+    for _ in range(repeats):
+        launched = time.time()
+        done = subprocess.run([sys.executable, "-c", PHASES_CHILD, base, question, mode], capture_output=True,
+                              text=True, env=env, check=True)
+        ended = time.time()
+        line = [x for x in done.stderr.splitlines() if x.startswith("PHASES ")][-1]
+        marks = json.loads(line[len("PHASES "):])
+        run = {"Python start": marks[0][1] - launched}
+        cpu = {}
+        for (_, t0, c0), (name, t1, c1) in zip(marks, marks[1:]):
+            run[name] = t1 - t0
+            cpu[name] = c1 - c0
+        run["exit"] = ended - marks[-1][1]
+        run["total"] = ended - launched
+        cpu["total"] = marks[-1][2] - marks[0][2]
+        runs.append(run)
+        cpu_runs.append(cpu)
+    return ({k: statistics.median(r[k] for r in runs) for k in runs[0]},
+            {k: statistics.median(r[k] for r in cpu_runs) for k in cpu_runs[0]})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--phases", action="store_true", help="also print where a search's time goes, by phase")
     args = parser.parse_args()
 
+    # Bytecode first, as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on the
+    # developers' machines) every run would otherwise compile metis_pg's ~55 modules again (~0.3 s).
+    package = subprocess.run([sys.executable, "-c", "import metis_pg, os; print(os.path.dirname(metis_pg.__file__))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True)
     home = Path(tempfile.mkdtemp(prefix="metis-startup-", dir="/var/tmp"))  # a short socket path
     env = {**os.environ, "METIS_HOME": str(home)}
     env.pop("METIS_DATABASE_URL", None)
@@ -68,11 +154,11 @@ def main() -> None:
         folder.mkdir()
         for name, text in DOCS.items():
             (folder / name).write_text(text, encoding="utf-8")
-        subprocess.run([METIS, "db", "upgrade"], env=env, check=True, capture_output=True)
-        subprocess.run([METIS, "index", str(folder), "--base", "b", "--json"], env=env, check=True,
+        subprocess.run([*METIS, "db", "upgrade"], env=env, check=True, capture_output=True)
+        subprocess.run([*METIS, "index", str(folder), "--base", "b", "--json"], env=env, check=True,
                        capture_output=True)
-        search = [METIS, "search", "b", "how many vacation days", "--json"]
-        version = [wall([METIS, "--version"], env)[0] for _ in range(args.repeats)]
+        search = [*METIS, "search", "b", "how many vacation days", "--json"]
+        version = [wall([*METIS, "--version"], env)[0] for _ in range(args.repeats)]
         imports = {m: [import_ms(m, env) for _ in range(args.repeats)] for m in ("metis_pg.cli", "metis_pg.api")}
 
         def searches() -> tuple[list[float], list[float]]:
@@ -83,6 +169,17 @@ def main() -> None:
                 took.append(json.loads(out)["took"]["total"] / 1000)
             return walls, took
 
+        phase_tables: dict[str, dict[str, float]] = {}
+        cpu_tables: dict[str, dict[str, float]] = {}
+
+        def phase_runs(held: str) -> None:
+            if args.phases:
+                for mode in ("keyword", "hybrid"):
+                    key = f"{mode}, {held}"
+                    phase_tables[key], cpu_tables[key] = phases(env, "b", "how many vacation days", mode,
+                                                                args.repeats)
+
+        phase_runs("cold")
         cold = searches()  # no other process: each command starts the server and stops it at exit
         holder = subprocess.Popen([sys.executable, "-c", "import sys, metis_pg; m = metis_pg.connect(); "
                                    "print('up', flush=True); sys.stdin.read()"], env=env, stdin=subprocess.PIPE,
@@ -90,17 +187,19 @@ def main() -> None:
         try:
             assert holder.stdout.readline().strip() == "up"
             warm = searches()
+            phase_runs("held")
         finally:
             holder.stdin.close()
             holder.wait(60)
     finally:
-        subprocess.run([METIS, "db", "stop", "--force"], env=env, capture_output=True)
+        subprocess.run([*METIS, "db", "stop", "--force"], env=env, capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
 
     med = statistics.median
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"command: python benchmarks/cli_startup.py --repeats {args.repeats}")
+    print(f"code: {package}")
+    print(f"command: python benchmarks/cli_startup.py --repeats {args.repeats}{' --phases' * args.phases}")
     print(f"metis --version:                 median {med(version):.2f} s")
     for module, ms in imports.items():
         print(f"import {module + ':':<22}   median {med(ms):.0f} ms (python -X importtime)")
@@ -108,6 +207,16 @@ def main() -> None:
         overhead = [w - t for w, t in zip(walls, took)]
         print(f"metis search, {label}: wall median {med(walls):.2f} s, search {med(took) * 1000:.0f} ms, "
               f"overhead median {med(overhead):.2f} s (goal <= 0.3 s quiet)")
+    if phase_tables:
+        print("\nmetis search, by phase, medians in ms (cold: the command starts the server and stops it at exit;"
+              " held: another process holds it):")
+        print(f"{'phase':<28}" + "".join(f"{m:>17}" for m in phase_tables))
+        names = list(max(phase_tables.values(), key=len))  # the hybrid runs have every phase
+        for name in names:
+            print(f"{name:<28}" + "".join(f"{t[name] * 1000:>17.0f}" if name in t else f"{'-':>17}"
+                                           for t in phase_tables.values())
+                  + "   | CPU " + " ".join(f"{t[name] * 1000:>5.0f}" if name in t else f"{'-':>5}"
+                                          for t in cpu_tables.values()))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import db, migrate
 
@@ -87,7 +88,7 @@ def main() -> None:
         home = Path(tempfile.mkdtemp(prefix="metis-embed-phase-"))
         atexit.register(shutil.rmtree, home, ignore_errors=True)
         dsn = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     server, url = serve(args.ms_per_passage)
     m = metis_pg.Metis(dsn)
     print(f"metis_pg: {Path(metis_pg.__file__).parent}")

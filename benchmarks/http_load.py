@@ -71,6 +71,7 @@ from pathlib import Path
 
 import httpx
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import db, migrate, replicas, service
 
@@ -267,7 +268,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="metis-http-load-"))
     try:
         dsn = args.dsn or db.embedded_dsn(scratch / "pgdata")
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn, settings=Settings.from_env())
         m = metis_pg.Metis(dsn)
         base = f"bench-http-{uuid.uuid4().hex[:8]}"
         corpus = scratch / "corpus"
@@ -338,7 +339,7 @@ def replica_mode(args: argparse.Namespace, client_counts: list[int], setups: lis
     made_standby = None
     try:
         dsn = args.dsn or db.embedded_dsn(scratch / "pgdata")
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn, settings=Settings.from_env())
         standby = args.replica_dsn
         if standby is None:
             made_standby = scratch / "standby"
@@ -385,14 +386,14 @@ def replica_mode(args: argparse.Namespace, client_counts: list[int], setups: lis
         return _summary(args, report.chunks, results)
     finally:
         if made_standby is not None:
-            replicas.remove_standby(made_standby, dsn)
+            replicas.remove_standby(made_standby, dsn, settings=Settings.from_env())
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def wait_for_replay(primary: str, standby: str, timeout_s: float = 120) -> None:
     """Return once `standby` has replayed everything committed on `primary` (polls; bounded)."""
     deadline = time.monotonic() + timeout_s
-    with db.connect(primary, autocommit=True) as p, db.connect(standby, autocommit=True) as s:
+    with db.connect(primary, autocommit=True, settings=Settings.from_env()) as p, db.connect(standby, autocommit=True, settings=Settings.from_env()) as s:
         lsn = p.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
         while not s.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
             if time.monotonic() > deadline:

@@ -53,6 +53,7 @@ import time
 import uuid
 from pathlib import Path
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import db, migrate
 from metis_pg.readers import kind_of
@@ -104,7 +105,7 @@ def main() -> None:
         paths = [Path(p) for p in args.paths] or [REPO / "docs", REPO / "README.md"]
     query = args.query or a_word_of(paths)
     dsn = args.dsn or db.embedded_dsn(work / "pgdata")
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     base = f"bench-{uuid.uuid4().hex[:8]}"
     load_before = uptime()
 

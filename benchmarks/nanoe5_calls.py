@@ -108,9 +108,10 @@ def child(config: str, data: Path, n_chunks: int, n_questions: int) -> dict:
         def question(q: str) -> None:
             model.query([q])
     else:
+        from metis_pg.config import Settings
         from metis_pg.models import LocalE5Embedder
 
-        embedder = LocalE5Embedder()
+        embedder = LocalE5Embedder(processes=Settings.from_env().embedding_processes)
         embedder.embed_passages(texts[:4])
 
         def passages(items: list[str]) -> None:

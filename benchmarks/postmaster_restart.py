@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from metis_pg.config import Settings  # noqa: E402
 import metis_pg  # noqa: E402
 from metis_pg import db, migrate  # noqa: E402
 from model_servers import FakeService, embedding_service  # noqa: E402
@@ -39,7 +40,7 @@ def main() -> int:
     try:
         pgdata = scratch / "pgdata"
         dsn = db.embedded_dsn(pgdata)
-        migrate.upgrade(dsn)
+        migrate.upgrade(dsn, settings=Settings.from_env())
         with metis_pg.Metis(dsn) as m:
             m.create_base("b", embedding_model="hashed", embedding_url=service.url, embedding_dim=64)
             kb = scratch / "kb"

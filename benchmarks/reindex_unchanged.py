@@ -36,6 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import db, migrate
 
@@ -69,7 +70,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="metis-reindex-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)  # runs after the server's own atexit stop
     dsn = args.dsn or db.embedded_dsn(work / "pgdata")
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     folder = work / "corpus"
     write_corpus(folder, args.documents, args.chars)
     base = f"bench-{uuid.uuid4().hex[:8]}"

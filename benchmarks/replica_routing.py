@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import db, migrate, replicas
 from metis_pg.db import embedded
@@ -55,7 +56,7 @@ def main() -> int:
     standby_folder = scratch / "standby"
     try:
         primary = db.embedded_dsn(scratch / "pgdata")
-        migrate.upgrade(primary)
+        migrate.upgrade(primary, settings=Settings.from_env())
         t0 = time.perf_counter()
         standby = replicas.create_standby(primary, standby_folder)
         made_s = time.perf_counter() - t0
@@ -98,7 +99,7 @@ def main() -> int:
                                                    "load_after": load_after, "figures": figures}, indent=2))
         return 1 if any(warnings.values()) else 0
     finally:
-        replicas.remove_standby(standby_folder)
+        replicas.remove_standby(standby_folder, settings=Settings.from_env())
         server = embedded._servers.pop((scratch / "pgdata").resolve(), None)
         if server is not None:
             server.cleanup()

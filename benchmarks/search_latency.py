@@ -16,6 +16,8 @@ JSON keys (top level: the single base; under ``"bases_10"``: one base of ten)::
 
     chunks, dense_p50_ms, dense_p95_ms, keyword_p50_ms, keyword_p95_ms,
     fused_p50_ms, fused_p95_ms, filtered_p50_ms, filtered_p95_ms, tagged_p50_ms, tagged_p95_ms,
+    as_eng_p50_ms, as_eng_p95_ms (the fused statement on behalf of ``eng``: row-level security,
+    1% of the documents readable by ``hr`` only),
     numpy_p50_ms, indexing_chunks_per_s, mb_per_1k_chunks
     bases_10 only: three_bases_p50_ms, three_bases_p95_ms
 
@@ -105,14 +107,15 @@ except ImportError:  # a checkout that is not pip-installed
 
 from psycopg import sql
 
-from metis_pg import db, migrate, sqlfiles, storage
+from metis_pg.config import Settings
+from metis_pg import access, db, migrate, sqlfiles, storage
 from metis_pg.chunking import Chunk
 from metis_pg.config import BaseSpec
 from metis_pg.retrieval import Filters, fuse_bases, leg_limit, run_search
 from metis_pg.tokenizer import terms as text_terms
 
 try:  # the indexer's batch size: the indexing figure writes as `metis index` does
-    from metis_pg.indexing.pipeline import _BATCH_CHUNKS as INDEX_BATCH_CHUNKS
+    from metis_pg.indexing.run import BATCH_CHUNKS as INDEX_BATCH_CHUNKS
 except ImportError:  # pragma: no cover - renamed
     INDEX_BATCH_CHUNKS = 500
 
@@ -126,6 +129,10 @@ FILTER_PREFIX = "area-07/"
 #: Each document has one tag of 100 (``topic-00`` .. ``topic-99``), not aligned with its folder:
 #: ``tags_any=[FILTER_TAG]`` keeps another 1% of the documents (issue 21).
 FILTER_TAG = "topic-07"
+#: Documents whose number is this modulo FOLDERS (1% of them) are readable by ``hr`` only (their
+#: front matter ``readers: [hr]``, which the bench source allows): the ``fused_as_eng`` case
+#: searches on behalf of ``eng`` (issue 21, row-level security and the readable documents kept).
+HR_ONLY = 42
 WARMUP_QUERIES = 5
 INDEXING_CHUNKS = 5_000
 LOAD_BATCH_CHUNKS = 2_000
@@ -304,6 +311,7 @@ def create_corpus(pool, spec: BaseSpec, prefix: str = "bench") -> Corpus:
     with pool.connection() as conn:
         base = storage.create_base(conn, name, "documents", spec.to_json())
         source_id = storage.ensure_source(conn, base.base_id, "bench", None)
+        storage.set_source_readers(conn, source_id, readers=None, front_matter_readers=True)
     return Corpus(name, base.base_id, source_id, spec.fingerprint, np.empty((0, DIM), np.float32),
                   np.empty(0, np.int64))
 
@@ -324,7 +332,8 @@ def pending_document(doc: Doc, w: Words, vectors: np.ndarray) -> storage.Pending
         line += 2
     meta = storage.DocumentMeta(f"area-{doc.number % FOLDERS:02d}/doc-{doc.number:07d}.md",
                                 f"Document {doc.number}", "md", f"h{doc.number:x}", offset,
-                                tags=(f"topic-{(37 * doc.number + doc.number // FOLDERS) % FOLDERS:02d}", "bench"))
+                                tags=(f"topic-{(37 * doc.number + doc.number // FOLDERS) % FOLDERS:02d}", "bench"),
+                                extra={"readers": ["hr"]} if doc.number % FOLDERS == HR_ONLY else {})
     return storage.PendingDocument(meta, chunks, list(vectors))
 
 
@@ -563,8 +572,10 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     """
 
     def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids,
-            statement: str | None = None):
+            statement: str | None = None, principals: Sequence[str] | None = None):
         with pool.connection() as conn:
+            if principals is not None:  # as metis_pg.access.OnBehalf does: under row-level security
+                access.begin_on_behalf(conn, principals)
             return run_search(
                 conn, base_ids=list(bases), model=model,
                 query_embedding=q.vector if dense else None, terms=q.terms if keyword else [],
@@ -592,6 +603,8 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         "fused": lambda q: run(q, dense=True, keyword=True),
         "fused_filtered": lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)),
         "fused_tagged": lambda q: run(q, dense=True, keyword=True, filters=Filters(tags_any=(FILTER_TAG,))),
+        # On behalf of eng, who may not read the 1% of documents hr may (issue 21).
+        "fused_as_eng": lambda q: run(q, dense=True, keyword=True, principals=["eng"]),
     }
     if three_base_ids:
         # One statement over the three (before issue 22), what the search pipeline runs now (one
@@ -633,6 +646,9 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     assert found and all(c.document.startswith(FILTER_PREFIX) for c in found), "filtered search broke"
     found, _ = every["fused_tagged"](queries[0])
     assert found and all(FILTER_TAG in c.tags for c in found), "tag-filtered search broke"
+    found, _ = every["fused_as_eng"](queries[0])
+    assert found and not any(int(c.document.rsplit("-", 1)[1][:7]) % FOLDERS == HR_ONLY for c in found), \
+        "a document of hr reached eng"
     return results
 
 
@@ -782,7 +798,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of the indexer's size (``metis_pg.indexing.pipeline._BATCH_CHUNKS``,
+    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS``,
     documents of 10 chunks) per transaction, as ``metis index`` writes them when the model
     keeps up. The base is dropped after.
 
@@ -892,7 +908,7 @@ def headline(chunks: int, cases: dict, numpy_timings: dict, indexing: dict, size
     """
     out: dict = {"chunks": chunks}
     for key, case in (("dense", "dense"), ("keyword", "keyword"), ("fused", "fused"), ("filtered", "fused_filtered"),
-                      ("tagged", "fused_tagged")):
+                      ("tagged", "fused_tagged"), ("as_eng", "fused_as_eng")):
         out[f"{key}_p50_ms"] = cases[case]["p50_ms"]
         out[f"{key}_p95_ms"] = cases[case]["p95_ms"]
     out["numpy_p50_ms"] = min(t["p50_ms"] for t in numpy_timings.values())
@@ -1008,8 +1024,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         home = Path(tempfile.mkdtemp(prefix="metis-bench-"))
         atexit.register(shutil.rmtree, home, ignore_errors=True)  # runs after the server's own atexit stop
         dsn = db.embedded_dsn(home / "pgdata")
-    migrate.upgrade(dsn)
-    pool = db.open_pool(dsn, max_size=4)  # 3 at once: a search over three bases runs a statement per base
+    migrate.upgrade(dsn, settings=Settings.from_env())
+    pool = db.open_pool(dsn, max_size=4, settings=Settings.from_env())  # 3 at once: a search over three bases runs a statement per base
     w = Words.make()
     check_tokenizer_agrees(w)
     spec = BaseSpec()

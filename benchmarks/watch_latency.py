@@ -36,6 +36,7 @@ from pathlib import Path
 
 import psutil
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import migrate
 from metis_pg.watch import Watcher, resolve_targets
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
 
             server = embedded_server("watch-bench")
             dsn, _ = server.__enter__()
-            migrate.upgrade(dsn)
+            migrate.upgrade(dsn, settings=Settings.from_env())
         m = metis_pg.Metis(dsn)
         base = f"bench-watch-{uuid.uuid4().hex[:8]}"
         folder = Path(tmp) / "kb"

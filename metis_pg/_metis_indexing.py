@@ -1,7 +1,8 @@
 """The indexing methods of :class:`metis_pg.Metis`: index, re-index, re-embed, notes and facts.
 
 Internal: a part of :class:`~metis_pg.api.Metis` (its base class), documented there; the work
-is :mod:`metis_pg.indexing`'s and :mod:`metis_pg.notes`'.
+is :mod:`metis_pg.indexing`'s and :mod:`metis_pg.notes`', imported by the methods that use them: a
+search imports neither (``metis search``'s start-up, issue 25).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import indexing, notes
 from .config import LOCAL_EMBEDDING_MODELS
-from .errors import InvalidInput
+from .errors import BaseNotFound, InvalidInput
 from .results import Fact, IndexReport, Note, ReembedReport
 
+if TYPE_CHECKING:  # noqa: SIM114
+    from . import access
 if TYPE_CHECKING:  # pragma: no cover
-    from . import documents
+    from . import documents, indexing
 
 __all__ = ["IndexingMethods"]
 
@@ -38,6 +40,8 @@ class IndexingMethods:
         batch_documents: int = 100,
         file_time_budget_s: float | None = None,
         on_embed_progress: indexing.EmbedProgress | None = None,
+        readers: Sequence[str] | str | None = None,
+        front_matter_readers: bool | None = None,
     ) -> IndexReport:
         """Index files and folders into `base` (created with defaults if missing); return the report.
 
@@ -61,6 +65,12 @@ class IndexingMethods:
                 or has waited a second, whichever comes first.
             file_time_budget_s: seconds one file's reading and chunking may take before it
                 is skipped with a reason (default: ``METIS_FILE_TIME_BUDGET_S``, 60 s).
+            readers: the groups that may read the documents of the sources given (a list, or
+                ``"hr,legal"``; ``[]`` = every caller again), kept with each source and given to
+                its documents already indexed in the same transaction, before any is written; None
+                keeps each source's (:mod:`metis_pg.access`, docs/security.md).
+            front_matter_readers: whether a document's own ``readers:`` (front matter) may narrow
+                its source's readers; None keeps each source's (default off).
 
         Raises:
             InvalidInput: no path, a path that does not exist, a bad `max_file_bytes`
@@ -72,11 +82,19 @@ class IndexingMethods:
             raise InvalidInput(f"max_file_bytes must be a positive number of bytes, not {max_file_bytes!r}")
         if not isinstance(batch_documents, int) or not 1 <= batch_documents <= 10_000:
             raise InvalidInput(f"batch_documents must be a whole number from 1 to 10000, not {batch_documents!r}")
+        # Ensure the base here, then one call down: the pipeline never climbs back to the Metis.
+        try:
+            row, created = self._base_row(base), False
+        except BaseNotFound:
+            self.create_base(base)  # with the defaults; its embedder is checked (and kept) there
+            row, created = self._base_row(base), True
+        from . import indexing
         return indexing.index(
-            self.pool, self.settings, base, paths, embedder_for=self.embedder, create_base=self.create_base,
+            self.pool, self.settings, row, paths, self.embedder(row.base_spec), created=created,
             max_file_bytes=max_file_bytes, source_name=source, on_progress=on_progress,
             batch_documents=batch_documents, file_time_budget_s=file_time_budget_s,
             on_embed_progress=on_embed_progress,
+            access=_source_access(readers, front_matter_readers),
         )
 
     def reembed(
@@ -128,6 +146,7 @@ class IndexingMethods:
                 query_prefix=query_prefix, passage_prefix=passage_prefix, embedding_protocol=embedding_protocol,
                 embedding_api_key_env=embedding_api_key_env,
             )
+        from . import indexing
         return indexing.reembed(self.pool, row, new, self.embedder(new), batch=self.settings.embed_batch_chunks,
                                 on_progress=on_progress)
 
@@ -144,15 +163,17 @@ class IndexingMethods:
             InvalidInput: empty or multi-line title, empty or oversized text.
         """
         row = self._base_row(base)
+        from . import notes
         return notes.add_note(self.pool, self.settings, row, self._embedder_or_none(row), title, text)
 
-    def notes(self, base: str) -> list[Note]:
-        """Return the notes of `base`, oldest first.
+    def notes(self, base: str, *, principals: "access.Principals" = None) -> list[Note]:
+        """Return the notes of `base`, oldest first (with `principals`: those they may read).
 
         Raises:
             BaseNotFound: no such base.
         """
-        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)))[0]
+        from . import notes
+        return self._read(lambda pool: notes.list_notes(pool, self._base_row(base, pool)), principals=principals)[0]
 
     def delete_note(self, base: str, note_id: int) -> None:
         """Delete a note of `base` with its chunks, vectors and terms.
@@ -161,6 +182,7 @@ class IndexingMethods:
             BaseNotFound: no such base.
             NotFound: the base has no note with this id.
         """
+        from . import notes
         notes.delete_note(self.pool, self._base_row(base), note_id)
 
     def remember(
@@ -187,17 +209,19 @@ class IndexingMethods:
             InvalidInput: not a memory base, empty text, unknown or already replaced `supersedes`.
         """
         row = self._base_row(base)
+        from . import notes
         return notes.remember(self.pool, self.settings, row, self._embedder_or_none(row), text, key=key,
                               supersedes=supersedes, observed_at=observed_at)
 
-    def facts(self, base: str, *, holding_only: bool = False) -> list[Fact]:
-        """Return the facts of `base` in the order they were observed.
+    def facts(self, base: str, *, holding_only: bool = False, principals: "access.Principals" = None) -> list[Fact]:
+        """Return the facts of `base` in the order they were observed (with `principals`: those they may read).
 
         Raises:
             BaseNotFound: no such base.
         """
+        from . import notes
         return self._read(lambda pool: notes.list_facts(pool, self._base_row(base, pool),
-                                                        holding_only=holding_only))[0]
+                                                        holding_only=holding_only), principals=principals)[0]
 
     def reindex(self, base: str, *, only: Sequence[str] | None = None,
                 on_source: "Callable[[documents.SourceInfo], None] | None" = None,
@@ -216,7 +240,25 @@ class IndexingMethods:
             BaseNotFound: no such base.
             InvalidInput: the base has no folder source (nothing was ever indexed from a folder).
         """
+        from . import indexing
         return indexing.reindex(base, self.sources(base), only=only, on_source=on_source,
                                 index_one=lambda paths, source: self.index(base, *paths, source=source,
                                                                            **index_options),
                                 status=lambda: self.base(base).status)
+
+
+def _source_access(readers: "Sequence[str] | str | None", front_matter_readers: bool | None) -> dict[str, Any] | None:
+    """The readers options of :meth:`IndexingMethods.index` as :func:`metis_pg.storage.set_source_readers`
+    takes them; None when both keep the sources' own.
+
+    Raises:
+        InvalidInput: a malformed group name, or a `front_matter_readers` that is not a boolean.
+    """
+    from .access import check_groups
+
+    if readers is None and front_matter_readers is None:
+        return None
+    if front_matter_readers is not None and not isinstance(front_matter_readers, bool):
+        raise InvalidInput(f"front_matter_readers must be true or false, not {front_matter_readers!r}")
+    return {"readers": None if readers is None else list(check_groups(readers, what="reader")),
+            "front_matter_readers": front_matter_readers}

@@ -10,12 +10,14 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import db, retrieval
+from . import access, db
+from .filters import Filters
 from .config import BaseSpec
 from .errors import BaseNotFound, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder
 from .results import SearchResponse
-from .search import MAX_TOP_K, SearchPipeline, SearchRequest, to_response
+from .search import MAX_TOP_K, SearchPipeline, SearchRequest
+from .search_answer import to_response
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import indexing
@@ -38,10 +40,11 @@ class SearchMethods:
         mode: str = "hybrid",
         top_k: int = 10,
         rerank: bool | None = None,
-        filters: dict[str, Any] | retrieval.Filters | None = None,
+        filters: dict[str, Any] | Filters | None = None,
         fusion: dict[str, Any] | None = None,
         consistent: bool = False,
         per_document: bool = False,
+        principals: access.Principals = None,
     ) -> SearchResponse:
         """Return the `top_k` passages of `bases` that best answer `question`, each cited.
 
@@ -68,6 +71,10 @@ class SearchMethods:
             per_document: each document once, at its best passage, with ``passages`` = how many of
                 its passages are among the best ``min(100, 5 * top_k)``; `top_k` documents
                 (:mod:`metis_pg.per_document`).
+            principals: the groups the search is made for: only documents they may read are ranked,
+                counted or cited, enforced by PostgreSQL's row-level security; None = the trusted
+                operator, every document; ``[]`` = documents without readers only
+                (:mod:`metis_pg.access`).
 
         Raises:
             InvalidInput: empty or too long question, unknown mode, top_k out of range, bad filter,
@@ -80,10 +87,11 @@ class SearchMethods:
             from .per_document import by_document, pool_size
 
             answer = self._search(bases, question, mode=mode, top_k=pool_size(top_k, MAX_TOP_K), rerank=rerank,
-                                  filters=filters, embedder_for=self.embedder, fusion=fusion, consistent=consistent)
+                                  filters=filters, embedder_for=self.embedder, fusion=fusion, consistent=consistent,
+                                  principals=principals)
             return by_document(answer, top_k)
         return self._search(bases, question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
-                            embedder_for=self.embedder, fusion=fusion, consistent=consistent)
+                            embedder_for=self.embedder, fusion=fusion, consistent=consistent, principals=principals)
 
     def _search(
         self,
@@ -93,11 +101,12 @@ class SearchMethods:
         mode: str,
         top_k: int,
         rerank: bool | None,
-        filters: dict[str, Any] | retrieval.Filters | None,
+        filters: dict[str, Any] | Filters | None,
         embedder_for: Callable[[BaseSpec], Embedder],
         count: bool = True,
         fusion: dict[str, Any] | None = None,
         consistent: bool = False,
+        principals: access.Principals = None,
     ) -> SearchResponse:
         """:meth:`search`, embedding the question with ``embedder_for(spec)`` (evaluate passes
         one that answers from questions embedded beforehand, and ``count=False``)."""
@@ -108,7 +117,7 @@ class SearchMethods:
             pipeline = SearchPipeline(pool, embedder_for, self.reranker, count_pool=self.pool)
             return to_response(pipeline.run(request, count=count))
 
-        return self._read_answer(read, consistent=consistent)
+        return self._read_answer(read, consistent=consistent, principals=principals)
 
     def pipeline(self, pool: db.Pool | None = None) -> SearchPipeline:
         """Return the search pipeline with the shared model clients, reading `pool` (default this
@@ -119,13 +128,13 @@ class SearchMethods:
 
     def compare(self, bases: str | Sequence[str], question: str, *, top_k: int = 10,
                 rerank: bool | None = None,
-                filters: dict[str, Any] | retrieval.Filters | None = None,
-                fusion: dict[str, Any] | None = None) -> "CompareResult":
+                filters: dict[str, Any] | Filters | None = None,
+                fusion: dict[str, Any] | None = None, principals: access.Principals = None) -> "CompareResult":
         """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 
         One statement gives each passage its rank in each mode (the same ranks as
         ``search(mode=...)`` with this `top_k`, `filters` and `fusion`) and why it came up;
-        see :mod:`metis_pg.compare`.
+        see :mod:`metis_pg.compare`. `principals`: as for :meth:`search`.
 
         Raises:
             InvalidInput: empty or too long question, top_k out of range, bad filter, bad fusion override.
@@ -134,7 +143,8 @@ class SearchMethods:
         from .compare import compare
 
         return self._read_answer(lambda pool: compare(
-            _ReadView(self, pool), bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion))
+            _ReadView(self, pool), bases, question, top_k=top_k, rerank=rerank, filters=filters, fusion=fusion),
+            principals=principals)
 
     def evaluate(
         self,

@@ -19,17 +19,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from psycopg_pool import ConnectionPool
 
 from .search_counts import counts_of
-from . import db, documents, migrate, replicas, retrieval, storage
+from . import access, db, documents, migrate, replicas, storage
 from ._metis_indexing import IndexingMethods
 from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
+from .filters import Filters
 from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
 from .models.embed import Embedder, make_embedder
-from .models.rerank import Reranker, make_reranker
 from .results import BaseInfo, SearchWarning
 from .search import MAX_QUESTION_CHARS, MAX_TOP_K, MODES, check_request, rerank_candidates
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .models.rerank import Reranker
     from collections.abc import Callable
 
 T = TypeVar("T")
@@ -127,17 +128,25 @@ class Metis(IndexingMethods, SearchMethods):
 
             return self.replicas.run(read)[0]
 
-    def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> "tuple[T, list[SearchWarning]]":
+    def _read(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False,
+              principals: access.Principals = None) -> "tuple[T, list[SearchWarning]]":
         """Run ``read(pool)`` on a read replica when there are any (else on the primary); return
-        its result and the routing warnings (:meth:`metis_pg.replicas.ReadRouter.run`)."""
+        its result and the routing warnings (:meth:`metis_pg.replicas.ReadRouter.run`). With
+        `principals` (not None) every connection of `pool` reads on their behalf, under row-level
+        security (:class:`metis_pg.access.OnBehalf`)."""
+        if principals is not None:
+            access.principals_literal(principals)  # a malformed group fails before any read
+            inner = read
+            read = lambda pool: inner(access.on_behalf(pool, principals))  # noqa: E731
         if self.replicas is None:
             return read(self.pool), []
         return self.replicas.run(read, consistent=consistent)
 
-    def _read_answer(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False) -> T:
+    def _read_answer(self, read: "Callable[[db.Pool], T]", *, consistent: bool = False,
+                     principals: access.Principals = None) -> T:
         """:meth:`_read` for an answer with ``warnings`` (a search, a comparison): the routing
         warnings come first in them."""
-        answer, routing = self._read(read, consistent=consistent)
+        answer, routing = self._read(read, consistent=consistent, principals=principals)
         return dataclasses.replace(answer, warnings=(*routing, *answer.warnings)) if routing else answer
 
     def replica_status(self) -> list[replicas.ReplicaStatus]:
@@ -282,6 +291,8 @@ class Metis(IndexingMethods, SearchMethods):
     def reranker(self, spec: BaseSpec) -> Reranker | None:
         """Return the (shared) reranker client of a spec, or None when it has none."""
         if spec not in self._rerankers:
+            from .models.rerank import make_reranker  # here: httpx only for a base with a reranker
+
             self._rerankers[spec] = make_reranker(spec, settings=self.settings)
         return self._rerankers[spec]
 
@@ -294,56 +305,71 @@ class Metis(IndexingMethods, SearchMethods):
 
     # -- documents: re-index, list, read back (issue 15; metis_pg.documents) ---
 
-    def sources(self, base: str) -> "list[documents.SourceInfo]":
+    def sources(self, base: str, *, principals: access.Principals = None) -> "list[documents.SourceInfo]":
         """Return the folder sources of `base` by name (name, folder, documents).
 
         Raises:
             BaseNotFound: no such base.
         """
-        return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)))[0]
+        return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)),
+                          principals=principals)[0]
 
     def documents(self, base: str, prefix: str | None = None, *, source: str | None = None,
-                  filters: "dict[str, Any] | retrieval.Filters | None" = None) -> "list[documents.DocumentInfo]":
+                  filters: "dict[str, Any] | Filters | None" = None,
+                  principals: access.Principals = None) -> "list[documents.DocumentInfo]":
         """Return the documents of `base` (path, source, kind, chunks, size, indexed at, tags, author,
         category, date, language), by path.
 
         Args:
             prefix: keep paths starting with it. source: keep this source's documents.
-            filters: the search filters (:class:`metis_pg.retrieval.Filters`, or its mapping:
+            filters: the search filters (:class:`metis_pg.filters.Filters`, or its mapping:
                 ``{"tags_any": ["hr"], "since": "2024-01-01"}``).
+            principals: the caller's groups: only the documents they may read (None: every one;
+                :mod:`metis_pg.access`).
 
         Raises:
-            BaseNotFound: no such base. InvalidInput: a malformed filter.
+            BaseNotFound: no such base. InvalidInput: a malformed filter or group.
         """
-        if filters is not None and not isinstance(filters, retrieval.Filters):
-            filters = retrieval.Filters.from_mapping(filters)
+        if filters is not None and not isinstance(filters, Filters):
+            filters = Filters.from_mapping(filters)
         return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source,
-                                                                filters))[0]
+                                                                filters), principals=principals)[0]
 
-    def get(self, base: str, *targets: str, source: str | None = None) -> "list[documents.DocumentText]":
+    def get(self, base: str, *targets: str, source: str | None = None,
+            principals: access.Principals = None) -> "list[documents.DocumentText]":
         """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
-        that line), ``path p.N``, or a glob; see :mod:`metis_pg.documents`.
+        that line), ``path p.N``, or a glob; see :mod:`metis_pg.documents`. With `principals`, a
+        document they may not read is not found (:mod:`metis_pg.access`).
 
         Raises:
             BaseNotFound: no such base.
             InvalidInput: no target, or a malformed one.
             NotFound: a target matches no document, or the document has no such line or page.
         """
-        return self._read(lambda pool: documents.get_documents(pool, self._base_row(base, pool), targets, source))[0]
+        return self._read(lambda pool: documents.get_documents(pool, self._base_row(base, pool), targets, source),
+                          principals=principals)[0]
 
-    def get_chunk(self, base: str, chunk_id: int) -> "documents.DocumentText":
-        """Read back one chunk of `base` by its id (a search result's ``chunk_id``).
+    def get_chunk(self, base: str, chunk_id: int, *, principals: access.Principals = None) -> "documents.DocumentText":
+        """Read back one chunk of `base` by its id (a search result's ``chunk_id``); with `principals`,
+        a chunk of a document they may not read is not found.
 
         Raises:
             BaseNotFound: no such base. NotFound: no such chunk in it.
         """
-        return self._read(lambda pool: documents.get_chunk(pool, self._base_row(base, pool), chunk_id))[0]
+        return self._read(lambda pool: documents.get_chunk(pool, self._base_row(base, pool), chunk_id),
+                          principals=principals)[0]
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:
+    notes = row.get("vector_notes") or {}
+    missing = row["chunks_without_vector"]
+    refused, down = notes.get("refused", 0), notes.get("model_unavailable", 0)
     return BaseInfo(
         name=row["name"], kind=row["kind"], status=row["status"], spec=row["spec"],
-        documents=row["documents"], chunks=row["chunks"], chunks_without_vector=row["chunks_without_vector"],
+        documents=row["documents"], chunks=row["chunks"], chunks_without_vector=missing,
+        without_vector_by_reason={"refused": refused, "model_unavailable": down,
+                                  "not_embedded_yet": max(0, missing - refused - down)},
+        chunks_cut=notes.get("cut", 0),
         vectors_reused=row["vectors_reused"],
         last_indexed_at=row["last_indexed_at"].isoformat() if row["last_indexed_at"] else None,
         interrupted=bool(row.get("interrupted")), watched=bool(row.get("watched")),

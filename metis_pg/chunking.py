@@ -83,6 +83,7 @@ class Chunk:
         line_end: 1-based source line of the passage's last character (same kinds as ``line``), else None.
         line_map: flattened ``(offset in text, line)`` pairs where the source line of a character is
             not ``line`` + the newlines of ``text`` before it (HTML blocks): see :func:`Chunk.line_at`.
+        page_label: the printed label of ``page`` when the PDF has page labels, else None.
     """
 
     ordinal: int
@@ -95,6 +96,7 @@ class Chunk:
     char_end: int
     line_end: int | None = None
     line_map: tuple[int, ...] = ()
+    page_label: str | None = None
 
     def line_at(self, offset: int) -> int | None:
         """Return the 1-based source line of ``text[offset]`` (offset in characters, clamped), or None."""
@@ -169,7 +171,7 @@ def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:
             text = doc.text[s:e]
             line_end = line_at(text, line, line_map, len(text) - 1)
             chunks.append(Chunk(len(chunks), text, doc.title, run[0].headings, run[0].page, line, s, e,
-                                line_end, line_map))
+                                line_end, line_map, run[0].page_label))
     return chunks
 
 

@@ -34,11 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import retrieval, storage
+from . import storage
+from .filters import Filters
 from .chunking import embedding_text
 from .errors import EmbeddingModelUnavailable
 from .results import Citation, SearchResponse, SearchWarning
-from .search import SearchRequest, citation, statement_key, to_response
+from .search import SearchRequest, statement_key
+from .search_answer import citation, to_response
 from .tokenizer import query_terms, terms
 
 if TYPE_CHECKING:
@@ -164,7 +166,7 @@ def why(dense_rank: int | None, keyword_rank: int | None, top_k: int, rerank: fl
 
 
 def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k: int = 10,
-            rerank: bool | None = None, filters: dict[str, Any] | retrieval.Filters | None = None,
+            rerank: bool | None = None, filters: dict[str, Any] | Filters | None = None,
             fusion: dict[str, Any] | None = None) -> CompareResult:
     """Ask `question` in the hybrid, dense and keyword modes; return every passage found, explained.
 
@@ -201,7 +203,8 @@ def compare(metis: "Metis", bases: str | Sequence[str], question: str, *, top_k:
         rerank_score = ranked.rerank_scores.get(c.chunk_id)
         agreement, sentence = why(c.dense_rank, c.keyword_rank, top_k, rerank_score, shares_terms=shares)
         passages.append(ComparedPassage(
-            chunk_id=c.chunk_id, base=c.base, citation=citation(c, question_terms), text=c.text,
+            chunk_id=c.chunk_id, base=c.base, text=c.text,
+            citation=citation(c, question_terms, ranked.weighing.get(c.base, frozenset())),
             hybrid_rank=hybrid_rank.get(c.chunk_id), dense_rank=c.dense_rank, keyword_rank=c.keyword_rank,
             dense=c.dense, keyword=c.keyword, fused=c.fused, rerank=rerank_score,
             agreement=agreement, why=sentence,

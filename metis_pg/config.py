@@ -290,6 +290,11 @@ class Settings(BaseSettings):
 
     ``Settings()`` (or :meth:`from_env`) reads the environment; keyword arguments win.
     An invalid value raises :class:`ConfigError` naming the variable.
+
+    The environment is read at the entry points only (the CLI, the HTTP and Eos servers,
+    :func:`metis_pg.connect`); everything below takes the settings it is handed. A script that
+    does not start from :func:`metis_pg.connect` reads them once with :meth:`from_env` and
+    passes them down (docs/architecture.md, "Settings come down, never up").
     """
 
     model_config = SettingsConfigDict(env_prefix="METIS_", env_ignore_empty=True, frozen=True, extra="ignore")
@@ -305,8 +310,9 @@ class Settings(BaseSettings):
 
     # -- the HTTP service (metis serve)
     api_tokens: str = Field(
-        "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each. "
-                        "None: it binds loopback only.")
+        "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each, each TOKEN or "
+                        "TOKEN=group+group: the groups whose documents it reads (none: documents without readers "
+                        "only; docs/security.md). None: it binds loopback only.")
     allowed_hosts: str = Field(
         "", description="Host names (comma-separated, host or host:port) the HTTP service answers to without a "
                         "token besides loopback ones (localhost, 127.0.0.0/8, [::1]). Any other Host is answered "
@@ -365,7 +371,13 @@ class Settings(BaseSettings):
                               "one more login is refused, so the rest stay free for the service.")
     analyst_statement_timeout_s: float = Field(
         60.0, ge=0, description="Seconds a statement of a member of metis_analyst may run (the statement_timeout "
-                                "each of their sessions starts with; 0: no limit).")
+                                "each of their sessions starts with; 0: no limit). A member may SET it higher: "
+                                "metis serve also cancels their statements that run longer (the analyst watchdog).")
+    analyst_watchdog_interval_s: float = Field(
+        1.0, ge=0, description="Seconds between two looks of metis serve's analyst watchdog at the server's sessions "
+                               "(a statement of a member of metis_analyst running longer than "
+                               "METIS_ANALYST_STATEMENT_TIMEOUT_S is cancelled, even with its statement_timeout "
+                               "lifted; 0: no watchdog).")
 
     # -- read replicas (metis_pg.replicas)
     read_database_urls: str = Field(
@@ -405,7 +417,8 @@ class Settings(BaseSettings):
     disk_free_margin_bytes: int = Field(
         1_000_000_000, ge=0, description="Bytes of the embedded server's disk indexing leaves free for searches and "
                                          "the WAL (or METIS_DISK_FREE_MARGIN_PCT of the disk, whichever is larger): "
-                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9).")
+                                         "a write that would eat into it stops the run with DISK_FULL (exit code 9). Never under "
+                                         "64 MB: PostgreSQL stops when it cannot write its next 16 MB WAL segment.")
     disk_free_margin_pct: float = Field(
         5.0, ge=0, le=100, description="Percent of the embedded server's disk indexing leaves free (see "
                                        "METIS_DISK_FREE_MARGIN_BYTES).")

@@ -11,7 +11,8 @@ Which document, and which part (:func:`parse_target`):
 - ``guide/leave.md``: the whole document;
 - ``guide/leave.md:12``: the chunk holding line 12 (the last chunk starting at or before it),
   the ``document:line`` a search result cites;
-- ``report.pdf p.3`` or ``report.pdf:p3``: the chunks of page 3 (``document p.N`` as cited);
+- ``report.pdf p.3`` or ``report.pdf:p3``: the chunks of page 3 (``document p.N`` as cited, also
+  ``document p.N (printed L)``);
 - ``guide/*.md``: every document whose path matches the glob (:mod:`fnmatch`; ``*`` crosses ``/``).
 """
 
@@ -31,7 +32,7 @@ from . import sqlfiles, storage
 from .errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import retrieval
+    from .filters import Filters
 
 __all__ = [
     "Target", "SourceInfo", "DocumentInfo", "DocumentChunk", "DocumentText",
@@ -39,7 +40,9 @@ __all__ = [
 ]
 
 _LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
-_PAGE = re.compile(r"^(?P<path>.+?)(?: p\.|:p)(?P<page>\d+)$")
+#: A page as cited: ``report.pdf p.3``, ``report.pdf:p3``; a citation of a page with a printed label,
+#: ``report.pdf p.19 (printed 16)``, is its page 19 (the label is said, not searched).
+_PAGE = re.compile(r"^(?P<path>.+?)(?: p\.|:p)(?P<page>\d+)(?: \(printed [^()]*\))?$")
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -207,7 +210,7 @@ def list_sources(pool: ConnectionPool, base: storage.BaseRow) -> list[SourceInfo
 
 def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = None,
           paths: Sequence[str] | None = None, source: str | None = None,
-          filters: "retrieval.Filters | None" = None) -> list[DocumentInfo]:
+          filters: "Filters | None" = None) -> list[DocumentInfo]:
     params = {"base_id": base.base_id, "prefix": prefix, "paths": None if paths is None else list(paths),
               "source": source, "document_ids": None}
     with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
@@ -224,7 +227,7 @@ def _rows(pool: ConnectionPool, base: storage.BaseRow, *, prefix: str | None = N
 
 
 def list_documents(pool: ConnectionPool, base: storage.BaseRow, prefix: str | None = None,
-                   source: str | None = None, filters: "retrieval.Filters | None" = None) -> list[DocumentInfo]:
+                   source: str | None = None, filters: "Filters | None" = None) -> list[DocumentInfo]:
     """Return the documents of `base` whose path starts with `prefix` (all when None) and that
     `filters` keep (the search filters: tags, author, dates, ...), by path."""
     if prefix is not None and "\x00" in prefix:

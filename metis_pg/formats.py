@@ -25,7 +25,7 @@ from .results import SearchResponse, SearchResult
 if TYPE_CHECKING:  # pragma: no cover
     from .documents import DocumentInfo
 
-__all__ = ["FORMATS", "order_score", "cut_below", "search_output", "documents_output", "markdown"]
+__all__ = ["FORMATS", "order_score", "cut_below", "search_output", "documents_output", "markdown", "result_label"]
 
 #: Every format but the people's default (``text``).
 FORMATS = ("json", "jsonl", "csv", "md", "files")
@@ -73,14 +73,19 @@ def _files(paths: Sequence[str]) -> str:
     return "".join(f"{p}\n" for p in dict.fromkeys(paths))
 
 
+def result_label(answer: SearchResponse, r: SearchResult) -> tuple[str, str]:
+    """Return what names a result beside its location: ``"<base> · "`` when the answer searched
+    several bases (else ``""``), and its heading path joined by ``" > "`` (else the document's title)."""
+    c = r.citation
+    return (f"{r.base} · " if len(answer.bases) > 1 else ""), (" > ".join(c.headings) if c.headings else c.title)
+
+
 def markdown(answer: SearchResponse) -> str:
     """Return the answer as a Markdown list of cited passages: citation, headings, score, then the passage quoted."""
-    several = len(answer.bases) > 1
     lines = []
     for rank, r in enumerate(answer.results, start=1):
         c = r.citation
-        where = f"{r.base} · " if several else ""
-        heading = " > ".join(c.headings) if c.headings else c.title
+        where, heading = result_label(answer, r)
         more = "" if r.passages is None else f", {r.passages} passage{'' if r.passages == 1 else 's'} matched"
         lines.append(f"{rank}. **{where}{c.location()}** — {heading} (score {r.score:.4g}{more})")
         lines.extend(f"   > {line}".rstrip() for line in r.text.splitlines() or [""])

@@ -21,14 +21,19 @@ Tools (each answers JSON; an error is a tool error ``CODE: message``, the codes 
 
 Resources: every document is ``metis://BASE/PATH`` (its path percent-encoded), text read back
 from its chunks; ``resources/list`` lists at most :data:`MAX_LISTED_RESOURCES` of them.
+
+Who reads (issue 21): over HTTP every tool, resource and listing reads on behalf of the groups of
+the request's bearer token (``principals_of``, set by the service's gate); over stdio on behalf of
+the groups given to ``metis mcp --as`` (None: the operator, every document).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 from urllib.parse import quote
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
 from . import __version__
@@ -56,21 +61,32 @@ def document_uri(base: str, document: str) -> str:
     return f"metis://{quote(base, safe='')}/{quote(document, safe='/')}"
 
 
-class _MetisMCP(MCPServer):
-    """MCPServer whose ``resources/list`` names the documents in the database at the time of asking."""
+#: The principals of an MCP request: from its HTTP request (the service's gate), else fixed (stdio).
+PrincipalsOf = Callable[[Any], "tuple[str, ...] | None"]
 
-    def __init__(self, metis: Metis, **kwargs: Any) -> None:
+
+class _MetisMCP(MCPServer):
+    """MCPServer whose ``resources/list`` names the documents in the database at the time of asking
+    (those the caller may read)."""
+
+    def __init__(self, metis: Metis, who: PrincipalsOf, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.metis = metis
+        self.who = who
 
-    async def list_resources(self) -> list[Any]:
+    async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
+        from mcp_types import ListResourcesResult
+
+        return ListResourcesResult(resources=await self.list_resources(self.who(getattr(ctx, "request", None))))
+
+    async def list_resources(self, principals: Sequence[str] | None = None) -> list[Any]:  # type: ignore[override]
         import anyio
         from mcp_types import Resource
 
         def documents() -> list[Resource]:
             found: list[Resource] = []
             for base in self.metis.list_bases():
-                for d in self.metis.documents(base.name):
+                for d in self.metis.documents(base.name, principals=principals):
                     if len(found) >= MAX_LISTED_RESOURCES:
                         return found
                     found.append(Resource(
@@ -94,7 +110,7 @@ def _result(rank: int, r: Any, *, snippet_only: bool = False) -> dict[str, Any]:
     if snippet_only:
         data.pop("text")
     return {"rank": rank, "citation": r.citation.location(),
-            **{k: v for k, v in citation.items() if k != "snippet" or snippet_only}, **data}
+            **{k: v for k, v in citation.items() if k != "marks" and (k != "snippet" or snippet_only)}, **data}
 
 
 def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[str, Any]]:
@@ -114,7 +130,7 @@ def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[s
 
 #: What ``status`` tells an agent of a base (not its spec: models' URLs, chunk sizes, weights).
 STATUS_FIELDS = ("name", "kind", "status", "interrupted", "documents", "chunks", "chunks_without_vector",
-                 "last_indexed_at")
+                 "without_vector_by_reason", "chunks_cut", "last_indexed_at")
 
 
 def _status(info: Any) -> dict[str, Any]:
@@ -122,9 +138,23 @@ def _status(info: Any) -> dict[str, Any]:
     return {k: data[k] for k in STATUS_FIELDS if k in data} | {"embedding_model": info.spec.get("embedding_model")}
 
 
-def build_server(metis: Metis) -> MCPServer:
-    """Return the MCP server over `metis` (tools search, get, list_bases, status; a resource per document)."""
-    server = _MetisMCP(metis, name="metis", title="metis_pg", version=__version__, instructions=INSTRUCTIONS,
+def build_server(metis: Metis, *, principals_of: PrincipalsOf | None = None,
+                 principals: Sequence[str] | None = None) -> MCPServer:
+    """Return the MCP server over `metis` (tools search, get, list_bases, status; a resource per document).
+
+    Args:
+        principals_of: the groups a call reads on behalf of, from its HTTP request (the service);
+            None: `principals` for every call (stdio; None = the operator, every document).
+    """
+    fixed = None if principals is None else tuple(principals)
+
+    def who(request: Any) -> tuple[str, ...] | None:
+        return principals_of(request) if principals_of is not None else fixed
+
+    def caller(ctx: Context) -> tuple[str, ...] | None:
+        return who(getattr(ctx.request_context, "request", None))
+
+    server = _MetisMCP(metis, who, name="metis", title="metis_pg", version=__version__, instructions=INSTRUCTIONS,
                        log_level="WARNING")
 
     @server.tool(description="Search documents by meaning and words; return cited passages with their scores, "
@@ -150,6 +180,7 @@ def build_server(metis: Metis) -> MCPServer:
         until: str | None = None,
         exclude_prefixes: list[str] | None = None,
         meta: dict[str, str | int | float | bool] | None = None,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         """question: "a quoted phrase" keeps only passages holding it, -word drops passages holding the word.
         bases: names, or one name (default every base); prefix: keep paths starting with it; kinds: md, txt, html, pdf,
@@ -171,7 +202,7 @@ def build_server(metis: Metis) -> MCPServer:
                 ("categories", categories), ("since", since), ("until", until),
                 ("exclude_prefixes", exclude_prefixes), ("meta", meta)) if v}
             answer, dropped = cut_below(metis.search(names, question, mode=mode, top_k=top_k, filters=filters,
-                                                     per_document=per_document),
+                                                     per_document=per_document, principals=caller(ctx)),
                                         min_score)
         except MetisError as exc:
             raise _tool_error(exc) from None
@@ -186,13 +217,13 @@ def build_server(metis: Metis) -> MCPServer:
     @server.tool(description="Read a document of a base, or the chunk a search cited: citation `document`, "
                              "`document:LINE` or `document p.N`, or a search result's chunk_id.")
     def get(base: str, citation: str | None = None, chunk_id: int | None = None,
-            max_bytes: int = DEFAULT_GET_BYTES) -> dict[str, Any]:
+            max_bytes: int = DEFAULT_GET_BYTES, ctx: Context | None = None) -> dict[str, Any]:
         """max_bytes: text returned at most (UTF-8 bytes); `truncated` says when it was cut."""
         try:
             if chunk_id is not None:
-                found = [metis.get_chunk(base, chunk_id)]
+                found = [metis.get_chunk(base, chunk_id, principals=caller(ctx))]
             elif citation:
-                found = metis.get(base, citation)
+                found = metis.get(base, citation, principals=caller(ctx))
             else:
                 raise ToolError("INVALID_REQUEST: give a citation (document or document:line) or a chunk_id")
         except MetisError as exc:
@@ -227,9 +258,9 @@ def build_server(metis: Metis) -> MCPServer:
 
     @server.resource("metis://{base}/{+path}", name="document", description="A document of a base, read back "
                      "from its chunks (metis://BASE/PATH).", mime_type="text/plain")
-    def document(base: str, path: str) -> str:
+    def document(base: str, path: str, ctx: Context | None = None) -> str:
         try:
-            found = metis.get(base, path)
+            found = metis.get(base, path, principals=caller(ctx))
         except MetisError as exc:
             raise ResourceError(f"{exc.code}: {exc.message}") from None
         return "\n\n".join(d.text for d in found)
@@ -237,8 +268,9 @@ def build_server(metis: Metis) -> MCPServer:
     return server
 
 
-def serve_stdio(dsn: str | None = None) -> None:
-    """Serve MCP over stdin/stdout until the client closes them (``metis mcp``).
+def serve_stdio(dsn: str | None = None, *, principals: Sequence[str] | None = None) -> None:
+    """Serve MCP over stdin/stdout until the client closes them (``metis mcp``), on behalf of
+    `principals` (None: the operator, every document).
 
     Raises:
         DatabaseUnavailable, SchemaOutOfDate: as :func:`metis_pg.connect`, before serving.
@@ -246,20 +278,21 @@ def serve_stdio(dsn: str | None = None) -> None:
     from .api import connect
 
     with connect(dsn) as metis:
-        build_server(metis).run("stdio")
+        build_server(metis, principals=principals).run("stdio")
 
 
-def add_http_routes(app: Any, metis: Metis, *, loopback_only: bool) -> Any:
+def add_http_routes(app: Any, metis: Metis, *, loopback_only: bool, principals_of: PrincipalsOf | None = None) -> Any:
     """Add the MCP endpoint ``/mcp`` (streamable HTTP, stateless, JSON answers) to the service's `app`.
 
     Return the MCP server; the app's lifespan must run ``server.session_manager.run()``.
     The service's gate asks the same bearer tokens at ``/mcp`` as on every route. With no token
     the service binds loopback only (`loopback_only`): the SDK's DNS-rebinding check then also
-    accepts only loopback ``Host`` and ``Origin`` headers.
+    accepts only loopback ``Host`` and ``Origin`` headers. `principals_of`: the groups a request
+    reads on behalf of (:func:`metis_pg.service.app.principals_of`); None = the operator.
     """
     from mcp.server.transport_security import TransportSecuritySettings
 
-    server = build_server(metis)
+    server = build_server(metis, principals_of=principals_of)
     security = None if loopback_only else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     starlette = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                            transport_security=security)

@@ -28,7 +28,7 @@ __all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_
            "check_revision"]
 
 #: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
-SCHEMA_REVISION = "0017"
+SCHEMA_REVISION = "0020"
 
 
 def _migrations_dir() -> Path:
@@ -68,16 +68,25 @@ def _engine(dsn: str, settings: Settings):
     return engine
 
 
-def _run(dsn: str, action, settings: Settings | None) -> None:
+#: How the message of a migration that never reached the server starts (:func:`unreachable`).
+_UNREACHABLE = "could not connect to PostgreSQL"
+
+
+def unreachable(exc: DatabaseUnavailable) -> bool:
+    """Whether `exc`, from :func:`upgrade`, says the server could not be reached (no migration ran),
+    rather than that a migration failed."""
+    return exc.message.startswith(_UNREACHABLE)
+
+
+def _run(dsn: str, action, settings: Settings) -> None:
     cfg = _config(dsn)
-    settings = settings or Settings.from_env()  # the CLI's `metis db` commands and scripts give none
     engine = _engine(dsn, settings)
     try:
         try:
             connection = engine.connect()
         except Exception as exc:  # in the user's terms: the search never got to a migration
             orig = getattr(exc, "orig", None) or exc
-            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
+            raise DatabaseUnavailable(f"{_UNREACHABLE}: {cause_of(orig, settings)}") from exc
         try:
             with connection, connection.begin():
                 cfg.attributes["connection"] = connection
@@ -90,10 +99,10 @@ def _run(dsn: str, action, settings: Settings | None) -> None:
         engine.dispose()
 
 
-def upgrade(dsn: str, revision: str = "head", *, settings: Settings | None = None) -> None:
+def upgrade(dsn: str, revision: str = "head", *, settings: Settings) -> None:
     """Upgrade the database at `dsn` to `revision` (default: the newest).
 
-    `settings` gives the waits (None: the environment's).
+    `settings` gives the waits and the analyst limits written at head.
 
     Raises:
         DatabaseUnavailable: the database cannot be reached or a migration failed.
@@ -102,7 +111,7 @@ def upgrade(dsn: str, revision: str = "head", *, settings: Settings | None = Non
 
     _run(dsn, lambda cfg: command.upgrade(cfg, revision), settings)
     if revision == "head":
-        _apply_analyst_limits(dsn, settings or Settings.from_env())
+        _apply_analyst_limits(dsn, settings)
 
 
 def _apply_analyst_limits(dsn: str, settings: Settings) -> None:
@@ -118,7 +127,7 @@ def _apply_analyst_limits(dsn: str, settings: Settings) -> None:
             raise unavailable(exc, settings) from exc
 
 
-def downgrade(dsn: str, revision: str, *, settings: Settings | None = None) -> None:
+def downgrade(dsn: str, revision: str, *, settings: Settings) -> None:
     """Downgrade the database at `dsn` to `revision` (``"base"`` drops everything)."""
     from alembic import command
 
@@ -132,7 +141,7 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(_config("postgresql://x")).get_current_head()
 
 
-def current_revision(dsn: str, *, settings: Settings | None = None) -> str | None:
+def current_revision(dsn: str, *, settings: Settings) -> str | None:
     """Return the revision the database at `dsn` is at (None: never migrated).
 
     Raises:
@@ -140,7 +149,6 @@ def current_revision(dsn: str, *, settings: Settings | None = None) -> str | Non
     """
     from alembic.runtime.migration import MigrationContext
 
-    settings = settings or Settings.from_env()  # the CLI gives none
     engine = _engine(dsn, settings)
     try:
         with engine.connect() as connection:
@@ -148,15 +156,15 @@ def current_revision(dsn: str, *, settings: Settings | None = None) -> str | Non
     except Exception as exc:
         orig = getattr(exc, "orig", None) or exc
         if isinstance(orig, DATABASE_ERRORS):
-            raise DatabaseUnavailable(f"could not connect to PostgreSQL: {cause_of(orig, settings)}") from exc
+            raise DatabaseUnavailable(f"{_UNREACHABLE}: {cause_of(orig, settings)}") from exc
         raise
     finally:
         engine.dispose()
 
 
-def is_at_head(dsn: str) -> bool:
+def is_at_head(dsn: str, *, settings: Settings) -> bool:
     """True when the database at `dsn` is at the newest revision."""
-    return current_revision(dsn) == head_revision()
+    return current_revision(dsn, settings=settings) == head_revision()
 
 
 def stored_revision(conn: psycopg.Connection) -> str | None:
@@ -169,7 +177,7 @@ def stored_revision(conn: psycopg.Connection) -> str | None:
     return row[0] if row else None
 
 
-def check_revision(conn: psycopg.Connection, dsn: str, *, settings: Settings | None = None) -> bool:
+def check_revision(conn: psycopg.Connection, dsn: str, *, settings: Settings) -> bool:
     """Make sure the schema is the one this code is written for, without running Alembic if it is.
 
     A database with no metis schema (new) is created with :func:`upgrade`; then True

@@ -180,11 +180,11 @@ class ReadRouter:
         primary_dsn: the primary's URL, to recognise it among `urls`.
     """
 
-    def __init__(self, primary: db.Pool, urls: Sequence[str], settings: Settings | None = None, *,
+    def __init__(self, primary: db.Pool, urls: Sequence[str], settings: Settings, *,
                  primary_dsn: str | None = None) -> None:
         self.primary = primary
         self.primary_dsn = primary_dsn
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self._replica_settings = self.settings.model_copy(
             update={"database_wait_s": min(self.settings.database_wait_s, _REPLICA_WAIT_S)})
         self.replicas = [_Replica(url=u, name=replica_label(u)) for u in urls]
@@ -194,6 +194,8 @@ class ReadRouter:
         #: (monotonic time, primary LSN) of recent measurements: bounds a lagging replica's lag.
         self._samples: deque[tuple[float, int]] = deque(maxlen=256)
         self._closed = False
+        #: Why the primary's WAL position could not be read last time (None: it was read).
+        self._primary_error: str | None = None
         # With the primary down, writes fail at once for this long after a failed checkout (then
         # one waits again, up to database_wait_s): reads go on on the replicas meanwhile.
         primary.fail_fast_s = max(primary.fail_fast_s, _RETRY_INTERVALS * self.settings.replica_check_interval_s)
@@ -251,7 +253,9 @@ class ReadRouter:
                 lsn = conn.execute(sqlfiles.load("replicas/primary_lsn")).fetchone()[0]
         except (DatabaseUnavailable, psycopg.Error) as exc:
             log.warning("the replicas' lag is unknown: the primary did not answer (%s)", exc)
+            self._primary_error = exc.message if isinstance(exc, DatabaseUnavailable) else db.cause_of(exc, self.settings)
             return None
+        self._primary_error = None
         self._samples.append((time.monotonic(), _lsn(lsn)))
         return lsn
 
@@ -342,6 +346,9 @@ class ReadRouter:
         Raises:
             Whatever `read` raises on the primary; on a replica its DatabaseUnavailable,
             recovery conflicts and BaseNotFound send it elsewhere instead.
+            DatabaseUnavailable: `consistent` while a replica could serve but the primary's WAL
+            position cannot be read (the primary is down): the message says why no replica may
+            answer and that one answers without `consistent`.
         """
         if not self.replicas or self._closed:
             return read(self.primary), []
@@ -356,7 +363,7 @@ class ReadRouter:
             order = usable[start:] + usable[:start]
             target = self._primary_lsn() if consistent else None
             if consistent and target is None:
-                order = []  # the primary answers (or fails) below: nothing can be confirmed
+                raise DatabaseUnavailable(self._no_consistent_read(usable))
             for i, replica in enumerate(order):
                 pool = replica.pool
                 if pool is None:
@@ -385,6 +392,16 @@ class ReadRouter:
                     warnings.append(_skipped(replica.name, cause))
         warnings.append(SearchWarning("READ_FROM_PRIMARY", "no replica could serve this read: the primary answered"))
         return read(self.primary), warnings
+
+    def _no_consistent_read(self, usable: Sequence[_Replica]) -> str:
+        """Why a consistent read cannot be answered while the primary's WAL position cannot be read."""
+        cause = self.primary.down() or self._primary_error or "it did not answer"
+        names = (f"replica {usable[0].name}" if len(usable) == 1
+                 else "one of the replicas " + ", ".join(r.name for r in usable))
+        return (f"a consistent read (read-your-writes: consistent=True, --consistent) cannot be answered: it needs"
+                f" the primary's latest WAL position to know a replica has replayed every write, and the primary"
+                f" cannot be reached ({cause}). Without it the search is answered by {names}, its lag"
+                f" unknown")
 
     def _replayed(self, pool: db.Pool, lsn: str) -> bool:
         """Poll the replica until it has replayed `lsn`; False after ``replica_consistent_wait_s``."""

@@ -49,6 +49,10 @@ class Citation:
         page_start, page_end: the PDF pages the whole passage spans (with ``page``), else None.
         tags: the document's tags (lower case); author: its author, else None; date: its own
             date, else its file's modification time, else None (issue 21).
+        page_label: the printed label of `page` when the PDF has page labels and it is not the page's
+            number (page 19 printed "16"), else None.
+        marks: the spans of `snippet` to mark, ``(start, end)`` in characters (code points, end
+            excluded): the question's words that weigh in the base (:func:`metis_pg.snippets.marks`).
     """
 
     source: str
@@ -66,6 +70,8 @@ class Citation:
     tags: tuple[str, ...] = ()
     author: str | None = None
     date: datetime | None = None
+    marks: tuple[tuple[int, int], ...] = ()
+    page_label: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -81,18 +87,23 @@ class Citation:
             data["page"] = self.page
             data["page_start"] = self.page if self.page_start is None else self.page_start
             data["page_end"] = self.page if self.page_end is None else self.page_end
+            if self.page_label is not None:
+                data["page_label"] = self.page_label
         elif self.line is not None:
             data["line"] = self.line
             data["line_start"] = self.line if self.line_start is None else self.line_start
             data["line_end"] = self.line if self.line_end is None else self.line_end
         data["headings"] = list(self.headings)
         data["snippet"] = self.snippet
+        data["marks"] = [[a, b] for a, b in self.marks]
         return data
 
     def location(self) -> str:
-        """Return ``document:line``, ``document p.N`` or the document alone (the cited line or page)."""
+        """Return ``document:line``, ``document p.N`` (``document p.19 (printed 16)`` when the page prints
+        another label) or the document alone (the cited line or page)."""
         if self.page is not None:
-            return f"{self.document} p.{self.page}"
+            printed = f" (printed {self.page_label})" if self.page_label is not None else ""
+            return f"{self.document} p.{self.page}{printed}"
         if self.line is not None:
             return f"{self.document}:{self.line}"
         return self.document
@@ -267,7 +278,9 @@ class IndexReport:
     Counts are documents, except ``chunks`` (chunks written),
     ``chunks_embedded`` (vectors written) and ``vectors_reused`` (those of the
     vectors written whose embedding text already had one: copied, not embedded
-    again, issue 24). ``seconds`` is wall time.
+    again, issue 24). ``chunks_without_vector`` counts the base's chunks lacking a vector after the
+    run; ``chunks_refused`` those of them the embedding model refused, which later runs do not send
+    again (issue 26): the base is ``waiting`` only while others remain. ``seconds`` is wall time.
     """
 
     base: str
@@ -281,6 +294,7 @@ class IndexReport:
     chunks_embedded: int = 0
     vectors_reused: int = 0
     chunks_without_vector: int = 0
+    chunks_refused: int = 0
     status: str = "ready"
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0
@@ -298,6 +312,7 @@ class IndexReport:
             "chunks_embedded": self.chunks_embedded,
             "vectors_reused": self.vectors_reused,
             "chunks_without_vector": self.chunks_without_vector,
+            "chunks_refused": self.chunks_refused,
             "status": self.status,
             "warnings": list(self.warnings),
             "seconds": round(self.seconds, 3),
@@ -315,6 +330,12 @@ class BaseInfo:
     text (embedded once, issue 24): chunks with a hashed vector minus distinct texts.
     ``watched``: a ``metis watch`` follows its folders now; ``caught_up_at``: when it last
     finished indexing what changed (ISO 8601), else None (:mod:`metis_pg.watch`).
+    ``without_vector_by_reason`` splits ``chunks_without_vector`` by why (issue 26, migration 0018):
+    ``refused`` (the embedding service refused the text: not sent again while the model and
+    ``METIS_EMBED_MAX_CHARS`` stay the same), ``model_unavailable`` (the model did not answer:
+    the next ``metis index`` tries again), ``not_embedded_yet`` (the rest: indexing goes on, or
+    an interrupted run); ``chunks_cut``: chunks whose vector was made from their text cut to
+    ``METIS_EMBED_MAX_CHARS``.
     """
 
     name: str
@@ -324,6 +345,8 @@ class BaseInfo:
     documents: int = 0
     chunks: int = 0
     chunks_without_vector: int = 0
+    without_vector_by_reason: dict[str, int] = field(default_factory=dict)
+    chunks_cut: int = 0
     vectors_reused: int = 0
     last_indexed_at: str | None = None
     interrupted: bool = False
@@ -339,6 +362,8 @@ class BaseInfo:
             "documents": self.documents,
             "chunks": self.chunks,
             "chunks_without_vector": self.chunks_without_vector,
+            "without_vector_by_reason": dict(self.without_vector_by_reason),
+            "chunks_cut": self.chunks_cut,
             "vectors_reused": self.vectors_reused,
             "last_indexed_at": self.last_indexed_at,
             "interrupted": self.interrupted,

@@ -38,26 +38,30 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import ConnectionPool
 
 from . import fusion as fusion_functions, query_syntax, retrieval, sqlfiles, storage
 from .chunking import embedding_text
 from .config import FUSION_FIELDS, BaseSpec, fusion_problem
+from .filters import Filters
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
 from .memories import order_facts
 from .models.embed import Embedder
-from .models.rerank import Reranker
+from .search_answer import fusion_echo
 from .search_counts import counts_of
-from .results import Citation, Scores, SearchResponse, SearchResult, SearchWarning, Took
-from .readers.document import line_at
-from .snippets import snippet_at
-from .tokenizer import TOKENIZER_VERSION, query_terms
+from .search_warnings import health_warnings, tokenizer_warnings, unknown_source_warnings
+from .results import SearchWarning, Took
+from .snippets import weighing_terms
+from .tokenizer import query_terms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .models.rerank import Reranker  # imported by make_reranker when a base has one: httpx
 
 __all__ = [
     "MODES", "MAX_TOP_K", "MAX_QUESTION_CHARS", "SearchRequest", "Ranked", "SearchPipeline",
-    "check_request", "check_fusion", "rerank_candidates", "statement_key", "to_response", "fusion_echo",
+    "check_request", "check_fusion", "rerank_candidates", "statement_key", "merge_by_rank",
 ]
 
 MODES = ("hybrid", "dense", "keyword")
@@ -129,7 +133,7 @@ class SearchRequest:
     mode: str = "hybrid"
     top_k: int = 10
     rerank: bool | None = None
-    filters: retrieval.Filters = field(default_factory=retrieval.Filters)
+    filters: Filters = field(default_factory=Filters)
     fusion: dict[str, Any] = field(default_factory=dict)
     parsed: query_syntax.ParsedQuestion | None = None
 
@@ -147,7 +151,7 @@ class SearchRequest:
         mode: str = "hybrid",
         top_k: int = 10,
         rerank: bool | None = None,
-        filters: dict[str, Any] | retrieval.Filters | None = None,
+        filters: dict[str, Any] | Filters | None = None,
         fusion: dict[str, Any] | None = None,
     ) -> "SearchRequest":
         """Return a checked request; duplicate base names are asked once.
@@ -162,8 +166,8 @@ class SearchRequest:
         """
         names = (bases,) if isinstance(bases, str) else tuple(dict.fromkeys(bases))
         check_request(names, question, top_k, mode)
-        if not isinstance(filters, retrieval.Filters):
-            filters = retrieval.Filters.from_mapping(filters)
+        if not isinstance(filters, Filters):
+            filters = Filters.from_mapping(filters)
         return cls(bases=names, question=question, mode=mode, top_k=top_k, rerank=rerank, filters=filters,
                    fusion=check_fusion(fusion), parsed=query_syntax.parse(question))
 
@@ -194,7 +198,9 @@ class Ranked:
         reranked: whether the reranker's order is the answer's.
         warnings: what the search could not do, or what the caller should know.
         took: milliseconds per step.
-        fusion: the fusion parameters used, as :func:`fusion_echo` gives them.
+        fusion: the fusion parameters used, as :func:`~metis_pg.search_answer.fusion_echo` gives them.
+        weighing: base name -> the question's terms that weigh there, which snippets mark
+            (:func:`metis_pg.snippets.weighing_terms`).
     """
 
     request: SearchRequest
@@ -204,6 +210,7 @@ class Ranked:
     warnings: list[SearchWarning]
     took: Took
     fusion: dict[str, Any] = field(default_factory=dict)
+    weighing: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 #: Returns the (shared) embedding client of a base spec.
@@ -242,6 +249,7 @@ class SearchPipeline:
         with self.pool.connection() as conn:
             rows = [storage.get_base(conn, n) for n in request.bases]
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
+            weighing = term_weights(conn, rows, query_terms(request.searched))
         specs = {r.base_id: request.spec_for(r.base_spec) for r in rows}
         warnings: list[SearchWarning] = []
         if not any(ch.isalnum() for ch in request.question):
@@ -251,7 +259,7 @@ class SearchPipeline:
                                                       "punctuation or symbols: nothing was searched"))
             return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
                           fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, {}, mode),
-                          took=Took(total=(time.perf_counter() - started) * 1000))
+                          took=Took(total=(time.perf_counter() - started) * 1000), weighing=weighing)
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
             fetch = 2 * retrieval.leg_limit(top_k)
@@ -324,6 +332,7 @@ class SearchPipeline:
             warnings=warnings, fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, plans, mode),
             took=Took(embed=took["embed"], dense=took["dense"], keyword=took["keyword"], fuse=took["fuse"],
                       rerank=rerank_ms, total=(time.perf_counter() - started) * 1000),
+            weighing=weighing,
         )
 
     def _search_group(self, base_ids: list[int], spec: BaseSpec, vector: Any, terms: list[str], fetch: int,
@@ -420,47 +429,6 @@ def statement_key(spec: BaseSpec) -> tuple:
     return (*embedding_service(spec), spec.k1, spec.b, *(getattr(spec, f) for f in FUSION_FIELDS))
 
 
-def fusion_echo(specs: dict[str, BaseSpec], plans: dict[str, tuple[fusion_functions.Plan, Any]] | None = None,
-                mode: str = "hybrid") -> dict[str, Any]:
-    """Return the fusion a search used, for its answer (``SearchResponse.fusion``).
-
-    The parameters of :data:`~metis_pg.config.FUSION_FIELDS` (``fusion``, ``normalization``,
-    ``alpha``, ``routing``, ``rrf_k``, ``dense_weight``, ``keyword_weight``) when every base
-    searched used the same (the usual case); else ``{"per_base": {base: {...}}}``: each base's
-    own, its list merged with the others' by RRF over ranks, each with its own rrf_k
-    (:func:`merge_by_rank`). A hybrid search also gets ``route`` (of its first statement, or per
-    base): ``dense_share`` (the dense leg's share it fused with: rrf weights ``W * share`` and
-    ``W * (1 - share)``, or convex's alpha), ``features`` (the routing features that fired, see
-    :mod:`metis_pg.routing`), ``absent_share`` and ``bm25_ratio`` (the statement's figures).
-    """
-    used = {name: {f: getattr(spec, f) for f in FUSION_FIELDS} for name, spec in specs.items()}
-    routes = {name: _route(plan, first) for name, (plan, first) in (plans or {}).items()} if mode == "hybrid" else {}
-    distinct = {tuple(u.values()) for u in used.values()}
-    if len(distinct) <= 1:
-        echo = dict(next(iter(used.values()), {}))
-        if routes:
-            echo["route"] = next(iter(routes.values()))
-        return echo
-    for name, route in routes.items():
-        used[name]["route"] = route
-    return {"per_base": used}
-
-
-def _route(plan: fusion_functions.Plan, first: Any) -> dict[str, Any]:
-    """What routing did for one statement (``answer.fusion.route``)."""
-    fired = list(plan.fired)
-    share = plan.dense_share
-    absent = ratio = None
-    if first is not None:
-        share = first.share if first.share is not None else share
-        absent, ratio = first.absent_share, first.bm25_ratio
-        if plan.route_absent and absent:
-            fired.append("absent")
-        if plan.route_weak and ratio is not None and ratio < plan.weak_ratio:
-            fired.append("weak_bm25")
-    return {"dense_share": share, "features": fired, "absent_share": absent, "bm25_ratio": ratio}
-
-
 def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k: int) -> list[retrieval.Candidate]:
     """Merge the fused lists of several statements by RRF over their ranks; return the best `top_k`.
 
@@ -476,111 +444,13 @@ def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k:
     return [c for _, c in scored[:top_k]]
 
 
-def health_warnings(names: Sequence[str], health: dict[str, dict], mode: str) -> list[SearchWarning]:
-    """Warnings of SPEC F14 about what is indexed: nothing yet, or chunks without vectors."""
-    warnings = []
-    for name in names:
-        h = health[name]
-        if h["chunks"] == 0:
-            if h["sources"] and h["last_indexed_at"] is not None:
-                warnings.append(SearchWarning(
-                    "NO_READABLE_DOCUMENT",
-                    f"nothing is indexed in {name!r}: the sources hold no document it reads (md, txt, html, pdf, docx)",
-                ))
-            else:
-                warnings.append(SearchWarning(
-                    "NOTHING_INDEXED", f"nothing is indexed yet in {name!r}: index a folder with `metis index`"
-                ))
-        elif h["status"] in ("waiting", "indexing") and h["chunks_without_vector"] and mode != "keyword":
-            warnings.append(SearchWarning("NO_VECTOR_YET", _no_vector_text(name, h, mode)))
-    return warnings
-
-
-def _no_vector_text(name: str, h: dict, mode: str) -> str:
-    """What ``NO_VECTOR_YET`` says: how many chunks lack a vector, why (the cause), what `mode` did with them."""
-    missing, chunks = h["chunks_without_vector"], h["chunks"]
-    if h["status"] == "indexing":
-        why = "being embedded now"
-    elif h.get("interrupted"):
-        why = f"the last indexing stopped before embedding them: `metis index --base {name}` embeds them"
-    else:
-        why = "indexed while the embedding model did not answer"
-    if missing >= chunks:
-        done = "a dense search finds nothing in it until they are" if mode == "dense" else "results by keywords"
-        return f"no chunk of {name!r} has a vector yet ({why}): {done}"
-    done = ("a dense search cannot find those until they are embedded" if mode == "dense"
-            else "those are found by keywords only")
-    return f"{missing} chunks of {name!r} have no vector yet ({why}): {done}"
-
-
-def tokenizer_warnings(specs: dict[str, BaseSpec], mode: str) -> list[SearchWarning]:
-    """``TOKENIZER_CHANGED`` for each base whose postings an older tokenizer made (none in mode dense).
-
-    The question's terms are this tokenizer's, so some may not match the stored ones
-    (``won't`` gives ``wont`` since version 2) until ``metis index`` re-tokenizes the base.
-    """
-    if mode == "dense":
-        return []
-    return [
-        SearchWarning(
-            "TOKENIZER_CHANGED",
-            f"{name!r} was indexed by tokenizer version {spec.tokenizer_version}, searches use version"
-            f" {TOKENIZER_VERSION}: some keyword matches may be missed until `metis index` re-tokenizes it"
-            " (its vectors are kept)",
-        )
-        for name, spec in specs.items() if spec.tokenizer_version != TOKENIZER_VERSION
-    ]
-
-
-def unknown_source_warnings(names: Sequence[str], health: dict[str, dict],
-                            filters: retrieval.Filters) -> list[SearchWarning]:
-    """A `sources` filter naming a source no base searched has: say so rather than find nothing silently."""
-    if not filters.sources:
-        return []
-    known = {s for name in names for s in health[name]["source_names"]}
-    unknown = [s for s in filters.sources if s not in known]
-    if not unknown:
-        return []
-    listed = ", ".join(sorted(known)) or "none"
-    return [SearchWarning(
-        "UNKNOWN_SOURCE",
-        f"no base searched has a source named {', '.join(map(repr, unknown))} (sources: {listed})",
-    )]
-
-
-def citation(c: retrieval.Candidate, question_terms: Sequence[str]) -> Citation:
-    """Return the citation of a candidate: its snippet around the question's terms, the line of the
-    snippet's sentence (or the PDF page), and the chunk's range of lines (pages).
-
-    A chunk written before schema revision 0009 has no ``line_end``: its first line is cited.
-    """
-    shown, offset = snippet_at(c.text, question_terms)
-    if c.page is not None or c.line is None:
-        line = line_start = line_end = None
-    elif c.line_end is None:
-        line = line_start = line_end = c.line
-    else:
-        line, line_start, line_end = line_at(c.text, c.line, c.line_map, offset), c.line, c.line_end
-    return Citation(
-        source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
-        line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
-        page_start=c.page, page_end=c.page, tags=c.tags, author=c.author, date=c.date,
-    )
-
-
-def to_response(ranked: Ranked) -> SearchResponse:
-    """Return the SPEC F13 answer of a pipeline run: its first ``top_k`` candidates, cited and scored."""
-    request = ranked.request
-    question_terms = query_terms(request.searched)
-    results = []
-    for c in ranked.candidates[: request.top_k]:
-        rerank = ranked.rerank_scores.get(c.chunk_id)
-        scores = Scores(dense=c.dense, dense_rank=c.dense_rank, keyword=c.keyword, keyword_rank=c.keyword_rank,
-                        fused=c.fused, rerank=rerank)
-        results.append(SearchResult(
-            score=rerank if ranked.reranked and rerank is not None else c.fused, text=c.text, base=c.base,
-            citation=citation(c, question_terms), scores=scores, chunk_id=c.chunk_id, holds=c.holds,
-        ))
-    return SearchResponse(mode=request.mode, reranked=ranked.reranked, results=tuple(results),
-                          warnings=tuple(ranked.warnings), took=ranked.took, bases=request.bases,
-                          fusion=ranked.fusion)
+def term_weights(conn: Any, rows: Sequence[storage.BaseRow], question_terms: Sequence[str]) -> dict[str, frozenset[str]]:
+    """Return base name -> the question's terms that weigh in that base (its BM25 df and chunk count,
+    ``sql/search/term_weights.sql``; :func:`metis_pg.snippets.weighing_terms`): what snippets mark."""
+    if not question_terms or not rows:
+        return {}
+    found: dict[int, tuple[dict[str, int], int]] = {}
+    for base_id, term, df, chunk_count in conn.execute(sqlfiles.load("search/term_weights"), {
+            "base_ids": [r.base_id for r in rows], "terms": list(question_terms)}).fetchall():
+        found.setdefault(base_id, ({}, chunk_count))[0][term] = df
+    return {r.name: weighing_terms(*found[r.base_id]) for r in rows if r.base_id in found}

@@ -99,7 +99,7 @@ class SearchCounts:
                     with self._lock:
                         self._pending.update(batch)  # written with the next count
                 elif not isinstance(_cause(exc), psycopg.errors.ForeignKeyViolation):
-                    _count_failed(exc, getattr(pool, "settings", None))
+                    _count_failed(exc, pool.settings)
         finally:
             self._writing.release()
 
@@ -121,7 +121,8 @@ _counters_lock = threading.Lock()
 
 
 def counts_of(pool) -> SearchCounts:
-    """The :class:`SearchCounts` of database pool `pool` (made on first use)."""
+    """The :class:`SearchCounts` of database pool `pool` (a :class:`metis_pg.db.Pool`: its settings
+    name the waits in a failed count's WARNING), made on first use."""
     with _counters_lock:
         counter = _counters.get(pool)
         if counter is None:

@@ -8,21 +8,32 @@ the earlier sentence. A sentence longer than the limit is cut around its first
 matching term; a shorter one is widened with the text after it (then before).
 Cut ends are marked with ``…`` (counted in the 240). :func:`snippet_at` also
 says where in the passage the snippet's sentence starts: a citation cites that line.
+
+Marks (issue 25): a snippet marks only the question's words that weigh in the base searched
+(:func:`weighing_terms`, from BM25's own statistics: no stop list), at the character spans
+:func:`marks` gives; "how", "do", "for" of a question are in most passages of a base and are
+not marked there.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from .tokenizer import fold, terms as text_terms
 
-__all__ = ["snippet", "snippet_at", "SNIPPET_MAX_CHARS"]
+__all__ = ["snippet", "snippet_at", "SNIPPET_MAX_CHARS", "weighing_terms", "marks", "COMMON_SHARE"]
 
 SNIPPET_MAX_CHARS = 240
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _WORD = re.compile(r"\S+")
+#: A run of letters and digits (``_`` is not a letter, as for the tokenizer): what a mark covers.
+_RUN = re.compile(r"[^\W_]+")
+#: A term held by more than this share of a base's chunks is common there: not marked (unless it is the
+#: question's rarest). The keyword leg calls a term common by the same share (sql/search/bm25_top_k.v4.sql).
+COMMON_SHARE = 0.1
 
 
 def _sentences(text: str) -> list[tuple[int, int]]:
@@ -115,3 +126,38 @@ def _snippet(text: str, question_terms: Collection[str], max_chars: int) -> tupl
             end = space
     shown = ("…" if start > 0 else "") + text[start:end].strip() + ("…" if end < len(text) else "")
     return shown, max(sentence_start, start)
+
+
+def weighing_terms(document_frequencies: Mapping[str, int], chunk_count: int) -> frozenset[str]:
+    """Return the question's terms that weigh in a base: those a snippet marks.
+
+    A term weighs when its BM25 idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Lucene's, the keyword
+    leg's; Robertson & Zaragoza 2009), is at least that of a term held by :data:`COMMON_SHARE` of the
+    base's chunks, i.e. when ``df <= 0.1 * N``; the question's rarest terms (lowest df) always weigh, so a
+    question of common words alone, or a base too small to tell, still marks its best word(s).
+
+    Args:
+        document_frequencies: term -> how many chunks of the base hold it (``bm25_terms.df``); the
+            question's terms no chunk holds are absent.
+        chunk_count: N, the base's chunks (``bm25_totals.chunk_count``).
+
+    Returns:
+        The terms to mark (empty when no question term is in the base).
+    """
+    if not document_frequencies:
+        return frozenset()
+    idf = {t: math.log(1 + (chunk_count - df + 0.5) / (df + 0.5)) for t, df in document_frequencies.items()}
+    common = COMMON_SHARE * chunk_count
+    threshold = math.log(1 + (chunk_count - common + 0.5) / (common + 0.5))
+    best = max(idf.values())
+    return frozenset(t for t, w in idf.items() if w >= threshold or w >= best)
+
+
+def marks(text: str, weighing: Collection[str]) -> tuple[tuple[int, int], ...]:
+    """Return the spans of `text` (a snippet) to mark: each run of letters and digits one of whose
+    tokenizer terms is in `weighing` (:func:`weighing_terms`), as ``(start, end)`` character offsets
+    (Unicode code points, end excluded), in text order."""
+    if not weighing:
+        return ()
+    wanted = frozenset(weighing)
+    return tuple((m.start(), m.end()) for m in _RUN.finditer(text) if wanted.intersection(text_terms(m.group())))

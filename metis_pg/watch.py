@@ -218,7 +218,8 @@ class Watcher:
                 self.on_report(target, report, error)
             if error is None:
                 state.pending.discard(target)
-                if report is not None and report.chunks_without_vector:  # the model was down: embed later
+                # The model was down: embed later (not the chunks it refused: they are not sent again).
+                if report is not None and report.chunks_without_vector > report.chunks_refused:
                     state.pending.add(target)
                     state.retry_at = time.monotonic() + self.heartbeat_s
                 else:

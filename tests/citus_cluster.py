@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from metis_pg.config import Settings
 from metis_pg import migrate
 from metis_pg.db import standby as local_standby
 
@@ -62,7 +63,7 @@ def fresh_schema(url: str) -> str:
     """Empty the cluster's database, migrate it and distribute the tables by base_id; return
     the output of distribute.sql (the table of pg_dist_partition)."""
     _drop_everything(url)
-    migrate.upgrade(url)
+    migrate.upgrade(url, settings=Settings.from_env())
     return psql(url, CITUS / "keys.sql", CITUS / "distribute.sql")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import migrate
 
@@ -26,11 +27,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 def dsn() -> Iterator[str]:
     url = os.environ.get("METIS_DATABASE_URL")
     if url:
-        migrate.upgrade(url)
+        migrate.upgrade(url, settings=Settings.from_env())
         yield url
         return
     with embedded_server("session") as (url, _):
-        migrate.upgrade(url)
+        migrate.upgrade(url, settings=Settings.from_env())
         yield url
 
 

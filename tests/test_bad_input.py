@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import metis_pg.readers.markdown as markdown_reader
 from metis_pg import indexing
-from metis_pg.indexing import pipeline, sources
+from metis_pg.indexing import reading, sources
 from metis_pg.cli import app
 
 from corpus import write_corpus
@@ -220,14 +220,14 @@ def test_any_exception_reading_one_file_skips_it_and_the_run_writes_its_batch(
 
 def test_an_exception_while_chunking_one_file_skips_it(metis, base_name, tmp_path, monkeypatch):
     kb = write_files(tmp_path / "kb", {**GOOD, "bad.txt": "Chunking this one fails.\n"})
-    real = pipeline.chunk_document
+    real = reading.chunk_document
 
     def failing(doc, **kwargs):
         if doc.path.endswith("bad.txt"):
             raise IndexError("list index out of range")
         return real(doc, **kwargs)
 
-    monkeypatch.setattr(pipeline, "chunk_document", failing)
+    monkeypatch.setattr(reading, "chunk_document", failing)
 
     report = metis.index(base_name, kb)
 
@@ -367,14 +367,14 @@ def test_an_unlistable_source_folder_deletes_nothing(metis, base_name, tmp_path,
 def test_a_file_that_cannot_be_opened_on_reindex_keeps_its_indexed_version(metis, base_name, tmp_path, monkeypatch):
     kb = write_files(tmp_path / "kb", GOOD)
     metis.index(base_name, kb)
-    real = pipeline.read_file_once
+    real = reading.read_file_once
 
     def read_file_once(path, **kwargs):
         if path.endswith("good.md"):
             raise PermissionError(13, "Permission denied", path)
         return real(path, **kwargs)
 
-    monkeypatch.setattr(pipeline, "read_file_once", read_file_once)
+    monkeypatch.setattr(reading, "read_file_once", read_file_once)
 
     report = metis.index(base_name, kb)
 

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -27,6 +28,7 @@ import hash_embedder
 from citus_cluster import URL, fresh_schema, needs_citus, partitions
 from cli_runner import run_cli
 from corpus import write_corpus
+from model_servers import FakeService, openai_embeddings
 
 pytestmark = needs_citus
 
@@ -42,7 +44,7 @@ HARBOUR = {
     "market.txt": "The fish market opens before dawn.",
 }
 DISTRIBUTED = {"documents", "chunks", "embeddings", "posting_blocks", "block_lengths", "bm25_terms", "bm25_totals",
-               "facts", "search_counts"}
+               "facts", "search_counts", "vector_notes"}
 
 
 @pytest.fixture(scope="module")
@@ -123,15 +125,33 @@ def test_a_search_of_one_base_answers_in_every_mode(m, bases, mode):
     assert {r.citation.document for r in filtered.results} == {"guide/clay.md"}
 
 
-def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases):
+#: The hybrid statement's cases: (query embedding, filters, only_chunks, exclude_terms).
+ROUTER_CASES = {
+    "keyword-legs": (False, {}, None, None),
+    # Every filter at once, a phrase's chunks and an exclusion (each adds a CTE or a subquery).
+    "both-legs-filtered-phrase-exclusion": (True, {
+        "path_prefix": "guide/", "kinds": ["md"], "sources": ["kb"], "exclude_prefixes": ["old/"],
+        "tags_any": ["clay"], "tags_all": ["clay"], "exclude_tags": ["draft"], "authors": ["ann"],
+        "categories": ["craft"], "since": "2000-01-01", "until": "2100-01-01", "meta": {"lang": "en"}},
+        "kb-chunks", ["porcelain"]),
+    "both-legs": (True, {}, None, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROUTER_CASES))
+def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases, case):
+    embedded, filters, only, exclude = ROUTER_CASES[case]
     base_id = sql("SELECT base_id FROM bases WHERE name = 'kb'")[0][0]
-    params = {"base_ids": [base_id], "model": f"hash-words:{hash_embedder.DIM}", "query_embedding": None,
+    chunk_ids = [r[0] for r in sql("SELECT chunk_id FROM chunks WHERE base_id = %s", (base_id,))]
+    params = {"base_ids": [base_id], "model": f"hash-words:{hash_embedder.DIM}",
+              "query_embedding": np.ones(hash_embedder.DIM, dtype=np.float32) if embedded else None,
               "terms": query_terms("kiln glaze"), "term_weights": None, "k1": 1.2, "b": 0.75, "rrf_k": 60,
               "dense_weight": 1.0, "keyword_weight": 1.0, "leg_limit": 50, "top_k": 10,
-              "asked_terms": query_terms("kiln glaze"), "only_chunks": None, "exclude_terms": None,
+              "asked_terms": query_terms("kiln glaze"), "only_chunks": chunk_ids if only else None,
+              "exclude_terms": exclude, "restricted": False,
               **fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=60, weight_sum=2.0, dense_share=0.5,
                             route_absent=0.0, route_weak=0.0, weak_ratio=0.0, fired=()).params(),
-              **retrieval.Filters().to_params()}
+              **retrieval.Filters.from_mapping(filters).to_params()}
     with m.pool.connection() as conn:
         assert retrieval.on_citus(conn)
         statement = retrieval.hybrid_statement(True)
@@ -141,11 +161,13 @@ def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases):
     # One task on one worker, no subplan: the whole statement is sent to the worker of the base.
     assert plan.count("Task Count: 1") == 1 and "Distributed Subplan" not in plan, plan
     assert "FROM bm25_top_k(" not in statement and "posting_blocks" in statement
-    assert rows and rows[0][0] in {r.chunk_id for r in m.search("kb", "kiln glaze", mode="keyword").results}
-    # With the function's call sent whole, the function's own statement would run distributed from a
-    # shard: Citus refuses it, and the seam says so (metis never sends that form to Citus).
+    if not filters:
+        assert rows and rows[0][0] in {r.chunk_id for r in m.search("kb", "kiln glaze", mode="keyword").results}
+    # With the functions' calls, their own statements would run distributed from a shard (or be planned
+    # generically, bm25_chunk_scores): Citus refuses, and the seam says so (metis never sends that form).
     assert "FROM bm25_top_k(" in retrieval.hybrid_statement(False)
-    with pytest.raises(metis_pg.DatabaseUnsupported, match="distributed query from a query on a shard"):
+    with pytest.raises(metis_pg.DatabaseUnsupported,
+                       match="distributed query from a query on a shard|could not create distributed plan"):
         with m.pool.connection() as conn:
             conn.execute(retrieval.hybrid_statement(False), params).fetchall()
 
@@ -248,11 +270,13 @@ def test_the_search_count_and_the_analyst_views(m, bases):
     per_day = sql("SELECT sum(searches) FROM metis.searches_per_day WHERE base = 'kb'")[0][0]
     health = dict((r[0], r[1:]) for r in sql("SELECT base, status, documents, chunks FROM metis.base_health_v3"))
     cited = sql("SELECT document, text FROM metis.chunk_citations_v3 WHERE base = 'kb' ORDER BY chunk_id")
+    latest = sql("SELECT document, page_label FROM metis.chunk_citations_v5 WHERE base = 'kb' ORDER BY chunk_id")
     postings = sql("SELECT count(*) FROM metis.postings_v2 WHERE base = 'kb' AND term = 'kiln'")[0][0]
 
     assert per_day >= 1
     assert health["kb"][:2] == ("ready", len(KILN))
     assert {d for d, _ in cited} == set(KILN)
+    assert {d for d, _ in latest} == set(KILN) and {label for _, label in latest} == {None}
     assert postings >= 2
 
 
@@ -299,3 +323,110 @@ def test_the_live_status_is_read_on_the_coordinator(m, bases):
     assert (live, listed, health[0]["status"]) == ("indexing", "indexing", "indexing")
     assert health[0]["chunks"] == len(HARBOUR)
     assert (after.status, after.interrupted) == ("ready", True)  # the indexer is gone, nothing left to embed
+
+
+def test_why_a_chunk_has_no_vector_is_noted_on_the_workers(m, tmp_path):
+    # vector_notes (migration 0018), distributed with the others: a refused text and a model that is down.
+    refuse = "POISONED"
+    state = {"down": False, "refused_sent": 0}
+
+    def respond(path: str, body):
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        state["refused_sent"] += sum(refuse in t for t in texts)
+        if state["down"]:
+            return 500, {"error": "down"}
+        if any(refuse in t for t in texts):
+            return 413, {"error": {"code": "TEXT_TOO_LONG", "message": "refused"}}
+        return openai_embeddings(body, 64)
+
+    service = FakeService(respond)
+    try:
+        m.create_base("noted", embedding_model="test-embed", embedding_url=service.url, embedding_dim=64)
+        folder = write_corpus(tmp_path / "noted", {
+            "a.txt": "Gannets nest on the cliffs.", "b.txt": f"A {refuse} text the model refuses.",
+            "c.txt": "Puffins dig burrows."})
+        first = m.index("noted", folder)
+        sent = state["refused_sent"]
+        again = m.index("noted", folder)  # the refused text is not sent again
+        refused = m.base("noted").without_vector_by_reason
+        state["down"] = True
+        (folder / "d.txt").write_text("Terns dive for sand eels.", encoding="utf-8")
+        down = metis_pg.Metis(m.dsn, pool=m.pool, settings=Settings()).index("noted", folder)
+        by_reason = m.base("noted").without_vector_by_reason
+        status = run_cli("status", "noted", "--dsn", URL)
+    finally:
+        service.close()
+        m.drop_base("noted")
+
+    assert first.chunks_without_vector == 1 and again.chunks_without_vector == 1
+    assert state["refused_sent"] == sent and refused["refused"] == 1
+    assert down.chunks_without_vector == 2 and by_reason == {"refused": 1, "model_unavailable": 1,
+                                                             "not_embedded_yet": 0}
+    assert status.code == 0 and "1 refused by the embedding model" in status.stdout, status.stdout
+
+
+def test_phrases_exclusions_metadata_filters_and_per_document_search(m, bases):
+    phrase = m.search("kb", '"glaze firing"', mode="keyword")
+    excluded = m.search("kb", "kiln -porcelain", mode="hybrid")
+    dated = m.search("kb", "kiln", filters={"since": "2000-01-01", "exclude_prefixes": ["guide/"]})
+    per_document = m.search("kb", "clay kiln", per_document=True, top_k=2)
+    compound = m.search("kb", "stone", mode="keyword")  # in no chunk: its compound stoneware is searched
+
+    assert [r.citation.document for r in phrase.results] == ["kiln.txt"]
+    assert "kiln.txt" in {r.citation.document for r in excluded.results}
+    assert not any("porcelain" in r.text.lower() for r in excluded.results)
+    assert dated.results and not any(r.citation.document.startswith("guide/") for r in dated.results)
+    documents = [r.citation.document for r in per_document.results]
+    assert len(documents) == len(set(documents)) and "guide/clay.md" in documents
+    assert [r.citation.document for r in compound.results] == ["guide/clay.md"]
+
+
+def test_the_http_service_reads_the_cluster(m, bases):
+    # What the console's pages read too: GET /bases, a base's status, searches.
+    from fastapi.testclient import TestClient
+
+    from metis_pg.service.app import create_app
+
+    with TestClient(create_app(m, tokens=""), base_url="http://127.0.0.1") as client:
+        found = client.post("/search", json={"bases": ["kb", "harbour"], "question": "kiln", "mode": "hybrid"})
+        listed = client.get("/bases")
+        status = client.get("/bases/kb/status")
+        health = client.get("/healthz")
+
+    assert found.status_code == 200 and {r["base"] for r in found.json()["results"]} == {"kb", "harbour"}, found.text
+    assert listed.status_code == 200 and {"kb", "harbour"} <= {b["name"] for b in listed.json()["bases"]}
+    assert status.status_code == 200 and status.json()["documents"] == len(KILN), status.text
+    assert health.status_code == 200, health.text
+
+
+@pytest.mark.parametrize("statement", ["search/term_weights", "search/phrase_chunks", "search/compound_expand",
+                                       "search/filtered_documents", "citus/complete_scores"])
+def test_the_other_statements_of_a_search_of_one_base_are_router_queries(m, bases, statement):
+    from metis_pg import sqlfiles
+
+    base_id = sql("SELECT base_id FROM bases WHERE name = 'kb'")[0][0]
+    params = {"base_ids": [base_id], "terms": ["glaze", "firing"], "term_weights": None, "k1": 1.2, "b": 0.75,
+              "limit": 1000, "candidates": ["stone"], "per_term": 8, "min_rest": 4,
+              **retrieval.Filters.from_mapping({"tags_any": ["clay"]}).to_params()}
+    text = sqlfiles.load(statement)
+    if statement == "citus/complete_scores":  # it reads the hybrid statement's legs: stand-ins of one row each
+        text = ("WITH dense AS (SELECT chunk_id FROM chunks WHERE base_id = %(base_ids)s[1] LIMIT 1),"
+                " keyword AS (SELECT -1::bigint AS chunk_id), scores AS (" + text.rstrip().rstrip(";") + ")"
+                " SELECT * FROM scores")
+    with m.pool.connection() as conn:
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
+
+    assert plan.count("Task Count: 1") == 1 and "Distributed Subplan" not in plan, plan
+
+
+def test_a_read_on_behalf_of_principals_is_refused_on_citus(m, bases):
+    # Row-level security by readers cannot exist on distributed tables (Citus refuses subqueries in
+    # policies): distribute.sql drops the policies, and metis refuses such reads, never answers unfiltered.
+    assert sql("SELECT count(*) FROM pg_policies WHERE tablename IN ('documents', 'chunks')") == [(0,)]
+    with pytest.raises(metis_pg.DatabaseUnsupported, match="row-level security.*Citus"):
+        m.search("kb", "kiln", mode="keyword", principals=["hr"])
+    cli = run_cli("search", "kb", "kiln", "--mode", "keyword", "--as", "hr", "--dsn", URL)
+    operator = m.search("kb", "kiln", mode="keyword")
+
+    assert cli.code == 5 and "DATABASE_UNSUPPORTED" in cli.stderr, cli
+    assert operator.results  # the operator (no principals) still reads everything

@@ -42,7 +42,7 @@ def distributed_and_reference() -> tuple[list[str], list[str]]:
 def keyed() -> Iterator[str]:
     """A migrated embedded PostgreSQL with sql/citus/keys.sql applied (twice: it is idempotent)."""
     with embedded_server("citus-keys") as (uri, _):
-        migrate.upgrade(uri)
+        migrate.upgrade(uri, settings=Settings.from_env())
         with psycopg.connect(uri, autocommit=True) as conn:
             conn.execute((CITUS / "keys.sql").read_text())
             conn.execute((CITUS / "keys.sql").read_text())

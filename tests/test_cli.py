@@ -14,6 +14,7 @@ import pytest
 
 from cli_runner import run_cli, run_script
 from corpus import write_handbook
+from metis_pg.config import Settings
 from metis_pg import migrate
 from model_servers import free_port
 
@@ -208,7 +209,7 @@ def test_db_upgrade_reaches_head_and_is_idempotent(dsn):
         result = run_cli("db", "upgrade", "--dsn", dsn)
         assert result.code == 0, result.stderr
         assert result.stdout.strip() == f"database at revision {head} (head)"
-    assert migrate.is_at_head(dsn)
+    assert migrate.is_at_head(dsn, settings=Settings.from_env())
     current = run_cli("db", "current", "--dsn", dsn)
     assert current.code == 0 and current.stdout.strip() == f"current {head} · head {head}"
 

@@ -516,6 +516,27 @@ def test_the_embedding_model_down_shows_a_warning_and_words_still_answer(driver,
         models.start_embedder()
 
 
+def test_the_bases_page_says_why_chunks_have_no_vector(driver, url, metis, tmp_path):
+    """Issue 26: a text the embedding service refuses is counted by its reason on the Bases page."""
+    name = f"t-console-refused-{uuid.uuid4().hex[:6]}"
+
+    def respond(path: str, body: Any):
+        if any("POISONED" in t for t in body["input"]):
+            return 413, {"error": {"code": "TEXT_TOO_LONG", "message": "refused"}}
+        return openai_embeddings(body, 32)
+
+    refusing = FakeService(respond)
+    try:
+        metis.create_base(name, embedding_model="refusing-hash", embedding_url=refusing.url, embedding_dim=32)
+        metis.index(name, write_corpus(tmp_path / "kb", {"a.txt": "A harbour note.", "b.txt": "A POISONED note."}))
+        open_page(driver, f"{url}/console/bases")
+        wait(driver, lambda d: cell(d, name, "without"), what="the base's row")
+        assert cell(driver, name, "without") == "1 (1 refused by the model)"
+    finally:
+        refusing.close()
+        metis.drop_base(name)
+
+
 def test_the_bases_page_shows_status_indexes_live_and_keeps_notes(driver, url, base, metis, root):
     second = f"t-console2-{uuid.uuid4().hex[:6]}"
     # An embedder slow enough (0.3 s a call) for the progress to be seen between polls.
@@ -638,6 +659,28 @@ def test_compare_rows_show_their_snippet(driver, url, base, metis):
 
     wait(driver, lambda d: set(snippets(d)) == set(want), what="the rows")
     assert snippets(driver) == want and all(want.values())
+
+
+def test_snippets_mark_only_the_words_that_weigh_in_the_base(driver, url, base, metis):
+    """Issue 25: "the" and "for" are in most passages of the base: not marked; "reset" and "router" are (idf),
+    in Search and in Compare, at the spans the API gives."""
+    question = "how do I reset the router for staff"
+    open_search(driver, url)
+    ask(driver, question, bases=[base])
+    want = next(r for r in metis.search(base, question).results if r.citation.document == "router.txt").citation
+    assert [want.snippet[a:b] for a, b in want.marks] == ["Reset", "router"]
+    result = next(e for e in driver.find_elements(By.CSS_SELECTOR, "#results .result")
+                  if e.find_element(By.CSS_SELECTOR, ".cite").text.startswith("router.txt"))
+    snippet = result.find_element(By.CSS_SELECTOR, ".snippet")
+    assert snippet.text == want.snippet and " the " in snippet.text and " for " in snippet.text
+    assert [m.text for m in snippet.find_elements(By.CSS_SELECTOR, "mark")] == ["Reset", "router"]
+
+    open_search(driver, url, f"#q={question.replace(' ', '+')}&base={base}&compare=1")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#compare-table tbody tr"), what="the rows")
+    marked = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#compare-table tbody tr .snippet mark')).map((m) => m.textContent)")
+    assert marked and {m.lower() for m in marked} <= {"reset", "router", "staff"}, marked
+    assert not {"the", "for", "how", "do"} & {m.lower() for m in marked}
 
 
 def test_the_bases_page_offers_no_indexing_when_the_service_reads_no_folder(driver, metis, base):

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import errors, migrate, sqlfiles
 from metis_pg.cli import app
@@ -100,9 +101,15 @@ def test_the_spec_codes_of_f14():
 FUNCTION_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
                         for p in sqlfiles.sql_root().rglob("*.sql")
                         if p.read_text(encoding="utf-8").lstrip("-").find("CREATE OR REPLACE FUNCTION") >= 0)
+# Files of row-level security policies (CREATE POLICY) are run by a migration too:
+# test_policy_files_are_what_the_database_enforces checks them.
+POLICY_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
+                      for p in sqlfiles.sql_root().rglob("*.sql")
+                      if "\nCREATE POLICY " in p.read_text(encoding="utf-8"))
 SQL_FILES = sorted(p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix()
                    for p in sqlfiles.sql_root().rglob("*.sql") if p.parent.name != "citus"
-                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in FUNCTION_FILES)
+                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in FUNCTION_FILES
+                   and p.relative_to(sqlfiles.sql_root()).with_suffix("").as_posix() not in POLICY_FILES)
 _PARAM = re.compile(r"%\((\w+)\)[sbt]")  # psycopg placeholders: auto, binary, text format
 
 
@@ -128,6 +135,21 @@ def test_function_files_are_what_the_database_runs(metis):
                                              text, re.S):
                 stored = [r[0] for r in conn.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", (function,))]
                 assert body in stored, f"{name}: the database's {function} is not the file's (a new version needs a migration)"
+
+
+def test_policy_files_are_what_the_database_enforces(metis):
+    assert "access/policies.v1" in _newest_versions(POLICY_FILES)
+    with metis.pool.connection() as conn:
+        stored = {(r[0], r[1]) for r in conn.execute("SELECT tablename, policyname FROM pg_policies"
+                                                     " WHERE schemaname = 'public'")}
+        enabled = {r[0] for r in conn.execute("SELECT relname FROM pg_class WHERE relrowsecurity"
+                                              " AND relnamespace = 'public'::regnamespace")}
+    for name in _newest_versions(POLICY_FILES):
+        text = sqlfiles.load(name)
+        policies = {(table, policy) for policy, table in re.findall(r"^CREATE POLICY (\w+) ON (\w+)", text, re.M)}
+        assert policies and policies <= stored, f"{name}: policies missing from the database: {policies - stored}"
+        tables = set(re.findall(r"^ALTER TABLE (\w+) ENABLE ROW LEVEL SECURITY", text, re.M))
+        assert tables <= enabled, f"{name}: row-level security is off on {tables - enabled}"
 
 
 def test_sql_files_exist():
@@ -191,38 +213,38 @@ def schema_of(url: str) -> dict[str, list]:
 
 
 def test_migrations_go_up_down_to_nothing_and_up_again_to_head(fresh_database):
-    assert migrate.current_revision(fresh_database) is None
-    migrate.upgrade(fresh_database)
-    assert migrate.is_at_head(fresh_database)
+    assert migrate.current_revision(fresh_database, settings=Settings.from_env()) is None
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
+    assert migrate.is_at_head(fresh_database, settings=Settings.from_env())
     first = schema_of(fresh_database)
     assert {"bases", "chunks", "embeddings", "posting_blocks", "block_lengths"} <= {c[1] for c in first["columns"]}
 
-    migrate.downgrade(fresh_database, "base")
-    assert migrate.current_revision(fresh_database) is None
+    migrate.downgrade(fresh_database, "base", settings=Settings.from_env())
+    assert migrate.current_revision(fresh_database, settings=Settings.from_env()) is None
     empty = schema_of(fresh_database)
     assert empty == {"columns": [], "indexes": [], "constraints": []}
 
-    migrate.upgrade(fresh_database)
-    assert migrate.current_revision(fresh_database) == migrate.head_revision()
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
+    assert migrate.current_revision(fresh_database, settings=Settings.from_env()) == migrate.head_revision()
     assert schema_of(fresh_database) == first
 
 
 def test_every_revision_steps_down_and_up_one_at_a_time(fresh_database):
-    migrate.upgrade(fresh_database)
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
     head = migrate.head_revision()
     seen = [head]
-    while migrate.current_revision(fresh_database) is not None:
-        migrate.downgrade(fresh_database, "-1")
-        seen.append(migrate.current_revision(fresh_database))
+    while migrate.current_revision(fresh_database, settings=Settings.from_env()) is not None:
+        migrate.downgrade(fresh_database, "-1", settings=Settings.from_env())
+        seen.append(migrate.current_revision(fresh_database, settings=Settings.from_env()))
     assert seen[-1] is None and len(seen) >= 3
     for revision in reversed(seen[:-1]):
-        migrate.upgrade(fresh_database, revision)
-        assert migrate.current_revision(fresh_database) == revision
-    assert migrate.is_at_head(fresh_database)
+        migrate.upgrade(fresh_database, revision, settings=Settings.from_env())
+        assert migrate.current_revision(fresh_database, settings=Settings.from_env()) == revision
+    assert migrate.is_at_head(fresh_database, settings=Settings.from_env())
 
 
 def test_the_test_database_is_at_head(dsn):
-    assert migrate.is_at_head(dsn)
+    assert migrate.is_at_head(dsn, settings=Settings.from_env())
 
 
 # -- README's commands are what CI runs ----------------------------------------------
@@ -269,13 +291,13 @@ def test_readme_first_command_installs_and_runs_the_demo():
     program, command = shlex.split(steps[2])
     assert program == ".venv/bin/metis"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts["metis"] == "metis_pg.cli:main"
+    assert scripts["metis"] == "metis_pg.cli:script"
     assert command in {c.name or c.callback.__name__ for c in app.registered_commands}
 
 
 def test_an_unreachable_database_is_named_as_such_not_as_a_failed_migration():
     with pytest.raises(metis_pg.DatabaseUnavailable, match="could not connect to PostgreSQL") as raised:
-        migrate.upgrade("postgresql://nobody@127.0.0.1:1/nothing")
+        migrate.upgrade("postgresql://nobody@127.0.0.1:1/nothing", settings=Settings.from_env())
     assert "sqlalche.me" not in str(raised.value)
 
 

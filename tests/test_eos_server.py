@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
+from metis_pg.config import Settings
 from metis_pg import eos_server
 from metis_pg.config import BaseSpec
 from metis_pg.eos_server import MAX_INPUTS, RERANK_MODEL
@@ -73,7 +74,7 @@ def assert_same_vectors(got: np.ndarray, want: np.ndarray) -> None:
     ids=["openai-float", "openai-base64", "tei"],
 )
 def test_remote_embeddings_equal_in_process_ones(eos_url, expected, protocol, encoding_format):
-    embedder = RemoteEmbedder(spec_for(eos_url, embedding_protocol=protocol), encoding_format=encoding_format)
+    embedder = RemoteEmbedder(spec_for(eos_url, embedding_protocol=protocol), encoding_format=encoding_format, settings=Settings.from_env())
     assert (embedder.spec.query_prefix, embedder.spec.passage_prefix) == ("query: ", "passage: ")
     assert_same_vectors(embedder.embed_queries([QUESTION]), expected["query"][None, :])
     assert_same_vectors(embedder.embed_passages(DOCS[:2]), expected["passages"][:2])
@@ -103,7 +104,7 @@ def test_openai_answer_has_the_openai_shape(eos_url):
 @pytest.mark.parametrize("protocol", ["cohere", "tei", "infinity"])
 def test_rerank_scores_are_in_process_cosines_in_input_order(eos_url, expected, protocol):
     spec = BaseSpec(reranker_model=RERANK_MODEL, reranker_url=eos_url, reranker_protocol=protocol, model_timeout_s=30.0)
-    scores = RemoteReranker(spec).rerank(QUESTION, DOCS)
+    scores = RemoteReranker(spec, settings=Settings.from_env()).rerank(QUESTION, DOCS)
     want = expected["passages"] @ expected["query"]
     np.testing.assert_allclose(scores, want, atol=1e-4)
     assert int(np.argmax(scores)) == 1  # the vacation sentence
@@ -258,7 +259,7 @@ def test_a_base_sends_the_token_from_the_variable_it_names(small_server, monkeyp
     monkeypatch.setenv("METIS_TEST_EOS_TOKEN", TOKEN)
     spec = BaseSpec(embedding_model="counting", embedding_dim=8, embedding_url=server.url,
                     embedding_api_key_env="METIS_TEST_EOS_TOKEN")
-    assert RemoteEmbedder(spec).embed_passages(["a", "bb"]).shape == (2, 8)
+    assert RemoteEmbedder(spec, settings=Settings.from_env()).embed_passages(["a", "bb"]).shape == (2, 8)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "::"])

@@ -90,7 +90,8 @@ def test_one_text_the_model_refuses_is_skipped_and_the_others_get_their_vectors(
     assert second.chunks_without_vector == 1 and second.chunks_embedded == 0
     info = metis.base(base_name)
     assert info.chunks_without_vector == 1
-    assert info.status == "waiting"
+    # Nothing left to wait for: the refused chunk is not sent again (issue 26, vector_notes).
+    assert second.chunks_refused == 1 and info.status == "ready"
 
 
 def test_a_title_of_100_kb_is_cut_at_reading_and_the_base_gets_every_vector(metis, base_name, tmp_path):
@@ -205,10 +206,10 @@ def test_a_fifo_swapped_in_between_a_check_and_the_open_never_blocks(metis, fast
 
 def test_a_file_replaced_between_its_hash_and_its_parse_stores_one_version(metis, fast_base, tmp_path, monkeypatch):
     base_name = fast_base
-    from metis_pg.indexing import pipeline
+    from metis_pg.indexing import reading
 
     folder = write_corpus(tmp_path / "kb", {"notes.txt": "version A of the notes"})
-    real = pipeline.read_document
+    real = reading.read_document
 
     def read_after_a_swap(path, *args, **kwargs):  # an atomic replace lands between hash and parse
         replacement = folder / ".notes.tmp"
@@ -216,7 +217,7 @@ def test_a_file_replaced_between_its_hash_and_its_parse_stores_one_version(metis
         os.replace(replacement, folder / "notes.txt")
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "read_document", read_after_a_swap)
+    monkeypatch.setattr(reading, "read_document", read_after_a_swap)
     metis.index(base_name, folder)
     monkeypatch.undo()
     with metis.pool.connection() as conn:

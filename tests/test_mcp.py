@@ -134,3 +134,41 @@ def test_mcp_search_per_document_snippet_only_within_a_byte_budget_and_a_trimmed
             assert {"name", "status", "documents", "chunks", "chunks_without_vector", "interrupted"} <= set(mine)
 
     anyio.run(session)
+
+
+def test_the_readme_mcp_configuration_reaches_the_home_it_names(tmp_path):
+    """Issue 25, item 9: an MCP client passes only a few of its own variables (HOME, PATH, ...) to the
+    server it spawns, so README's configuration names METIS_HOME in `env`; spawned exactly so (the SDK's
+    own client, its default environment plus `env`), the server reads that home's bases."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```json\n(.*?)```", readme, re.S) if '"mcpServers"' in b)
+    config = json.loads(block)["mcpServers"]["metis"]
+    assert config["command"] == "metis" and config["args"] == ["mcp"] and "METIS_HOME" in config["env"]
+
+    home = Path(tempfile.mkdtemp(prefix="metis-test-mcp-", dir="/var/tmp"))  # a short socket path
+    env = {**config["env"], "METIS_HOME": str(home)}
+    try:
+        folder = tmp_path / "kb"
+        folder.mkdir()
+        (folder / "leave.md").write_text("# Leave\n\nStaff get 25 days of paid vacation.\n", encoding="utf-8")
+        indexed = subprocess.run([str(METIS_SCRIPT), "index", str(folder), "--base", "readme"], text=True,
+                                 capture_output=True, timeout=300,
+                                 env={k: v for k, v in {**os.environ, **env}.items() if k != "METIS_DATABASE_URL"})
+        assert indexed.returncode == 0, indexed.stderr
+
+        async def session() -> list[str]:
+            # The test's own METIS_* variables are not passed: only the SDK's defaults and the config's env.
+            params = StdioServerParameters(command=str(METIS_SCRIPT), args=config["args"], env=env)
+            async with Client(params) as client:
+                return [b["name"] for b in structured(await client.call_tool("list_bases", {}))["bases"]]
+
+        assert anyio.run(session) == ["readme"]
+    finally:
+        subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, timeout=120,
+                       env={**os.environ, "METIS_HOME": str(home)})
+        shutil.rmtree(home, ignore_errors=True)

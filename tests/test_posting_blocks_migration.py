@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from metis_pg.config import Settings
 from metis_pg import migrate, retrieval, storage
 from metis_pg.chunking import Chunk, embedding_text
 from metis_pg.config import BaseSpec
@@ -34,7 +35,7 @@ def database_at_0010(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = urlunsplit(urlsplit(dsn)._replace(path="/" + name))
-    migrate.upgrade(url, "0010")
+    migrate.upgrade(url, "0010", settings=Settings.from_env())
     yield url
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -85,7 +86,7 @@ def test_upgrade_turns_postings_into_blocks_that_search_exactly_and_downgrade_re
         before = sorted(conn.execute("SELECT term, chunk_id, tf, chunk_terms FROM postings").fetchall())
         conn.commit()
 
-    migrate.upgrade(database_at_0010)
+    migrate.upgrade(database_at_0010, settings=Settings.from_env())
 
     questions = [list(query_terms(" ".join(rng.choice(WORDS, size=int(rng.integers(1, 5)), p=p))))
                  for _ in range(60)] + [["w0", "w1"], ["w299"], ["w0", "w250", "w3"]]
@@ -117,7 +118,7 @@ def test_upgrade_turns_postings_into_blocks_that_search_exactly_and_downgrade_re
             assert difference(keyword_top(conn, base.base_id, question), ranked(*oracle.scores(question))) is None
         conn.commit()
 
-    migrate.downgrade(database_at_0010, "0010")
+    migrate.downgrade(database_at_0010, "0010", settings=Settings.from_env())
     with psycopg.connect(database_at_0010) as conn:
         restored = sorted(conn.execute("SELECT term, chunk_id, tf, chunk_terms FROM postings").fetchall())
     expected = sorted((term, cid, tf, len(words)) for cid, text in now.items()

@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from metis_pg.config import Settings
 from metis_pg import migrate, sqlfiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +50,9 @@ RELEASED: dict[str, tuple[str, str]] = {
     "views/documents.v1": ("0015", "5d2f4b74cb4da69a70858c3894426c8e75796744d3619712fea83c106d06ad2d"),
     "views/chunk_citations.v4": ("0015", "cc1814d3abf27c00234da0d85cb7137667ce421fbc7c764b1c871d6d77a468c2"),
     "search/bm25_top_k.v4": ("0016", "8486b7750e346d718ae20c4eccceb089d8e791c00e715cbfb054bc81b63eeaf4"),
+    "views/chunk_citations.v5": ("0019", "587b947c57f5139db35625cd40f78aa566b1f0bb62ac7e5a2ba6bcac86aa6432"),
+    "access/functions.v1": ("0020", "c29745181bbee4460dc30ae9fad1d9988bb11643339595b0b3bb33b56395ff4b"),
+    "access/policies.v1": ("0020", "0f2221e2f080c0d8f8098f8f854355ed5b5549a9982bd5ea025c07485a57794f"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
@@ -149,17 +153,17 @@ def _running(url: str, function: str) -> list[tuple[str]]:
 
 
 def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_database):
-    migrate.upgrade(fresh_database, "0010")
+    migrate.upgrade(fresh_database, "0010", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == []
-    migrate.upgrade(fresh_database, "0011")
+    migrate.upgrade(fresh_database, "0011", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
-    migrate.upgrade(fresh_database, "0014")
+    migrate.upgrade(fresh_database, "0014", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
-    migrate.upgrade(fresh_database)
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
     # 0016 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
     assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
         [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
-    migrate.downgrade(fresh_database, "0012")
+    migrate.downgrade(fresh_database, "0012", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v2"),)]
-    migrate.downgrade(fresh_database, "0011")
+    migrate.downgrade(fresh_database, "0011", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]

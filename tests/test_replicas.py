@@ -13,6 +13,10 @@ Waits are polls with deadlines, never fixed sleeps.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +36,7 @@ from metis_pg.config import Settings
 import hash_embedder
 from cli_runner import run_cli
 from corpus import write_corpus
+from model_servers import free_port
 from pg_servers import embedded_server
 
 TOKEN = "replica-test-token-" + "5" * 20
@@ -69,13 +74,13 @@ def poll(what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
 def pair() -> Iterator[tuple[str, str, Path]]:
     """(primary URI, standby URL, standby folder): a streaming standby of a migrated embedded primary."""
     with embedded_server("replicas") as (primary, pgdata):
-        migrate.upgrade(primary)
+        migrate.upgrade(primary, settings=Settings.from_env())
         folder = pgdata.parent / "standby"
         standby = replicas.create_standby(primary, folder)
         try:
             yield primary, standby, folder
         finally:
-            replicas.remove_standby(folder, primary)
+            replicas.remove_standby(folder, primary, settings=Settings.from_env())
 
 
 @pytest.fixture(scope="module")
@@ -342,7 +347,7 @@ def test_metis_db_replica_create_then_status_and_consistent_search(pair, base, t
         stopped = run_cli("db", "replica", "stop", str(folder))
         skipped = run_cli("search", base, "lantern", "--mode", "keyword", "--json", "--dsn", primary)
     finally:
-        replicas.remove_standby(folder, primary)
+        replicas.remove_standby(folder, primary, settings=Settings.from_env())
 
     assert status.code == 0, status.stderr
     assert f"replica {replicas.replica_label(url)}: ok · lag " in status.stdout
@@ -379,54 +384,66 @@ def test_a_stopped_standby_sends_searches_to_the_primary_with_a_warning_then_bac
 
 # -- the primary goes away (its own pair: the module's primary stays up) -------------------------------
 
+#: The primary's database_wait_s in the primary-down tests.
+DOWN_WAIT_S = 2.0
 
-def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fail_at_once(
-        hash_url, tmp_path, monkeypatch):
+
+@pytest.fixture(scope="module")
+def primary_down(hash_url, tmp_path_factory) -> Iterator[tuple[str, str, Path]]:
+    """(primary URL, standby URL, the indexed folder): base ``kb`` indexed on a primary that was then
+    stopped hard (``pg_ctl -m immediate``) once its streaming standby had caught up."""
     with embedded_server("replicas-down") as (embedded, pgdata):
-        migrate.upgrade(embedded)
+        migrate.upgrade(embedded, settings=Settings.from_env())
         folder = pgdata.parent / "standby"
         standby = replicas.create_standby(embedded, folder)
         # Another spelling of the primary's URL: not the embedded server this process started, so
         # that no pool restarts it (a primary elsewhere that went down).
         primary = embedded + "&application_name=metis-primary"
+        corpus = write_corpus(tmp_path_factory.mktemp("down") / "kb", CORPUS)
         try:
             with metis_pg.Metis(primary, settings=settings()) as writer:
                 writer.create_base("kb", embedding_model="hash-words", embedding_url=hash_url,
                                    embedding_dim=hash_embedder.DIM)
-                writer.index("kb", write_corpus(tmp_path / "kb", CORPUS))
+                writer.index("kb", corpus)
             poll("the standby caught up", lambda: caught_up(primary, standby))
             local_standby._run("pg_ctl", ["-w", "-D", str(pgdata), "-m", "immediate", "stop"])
-            wait_s = 2.0
-
-            started = time.monotonic()
-            with metis_pg.connect(primary, read_dsns=[standby], settings=settings(database_wait_s=wait_s)) as m:
-                answer = m.search("kb", "kiln glaze firing schedule", mode="keyword")
-                first_s = time.monotonic() - started
-                hybrid = m.search("kb", "kiln glaze firing schedule")
-                compared = m.compare("kb", "cider press", top_k=2)
-                listed = m.list_bases()
-                documents = m.documents("kb")
-                text = m.get("kb", "orchard.md")
-                [status] = m.replica_status()
-                t0 = time.monotonic()
-                with pytest.raises(metis_pg.DatabaseUnavailable):
-                    m.add_note("kb", "Pier", "The pier lamp is green.")
-                write_s = time.monotonic() - t0
-                app = service.create_app(m, tokens=[TOKEN], source_roots=[tmp_path])
-                with service.running(app) as url:
-                    found = httpx.post(f"{url}/search", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30,
-                                       json={"bases": "kb", "question": "copper apples", "mode": "keyword"})
-                    health = httpx.get(f"{url}/healthz", timeout=30)
-                    # What the console's pages read (metis_pg/service/console: GET /bases, then searches).
-                    console = httpx.get(f"{url}/bases", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-            monkeypatch.setenv("METIS_READ_DATABASE_URLS", standby)
-            monkeypatch.setenv("METIS_DATABASE_WAIT_S", str(wait_s))
-            cli = run_cli("search", "kb", "lantern", "--mode", "keyword", "--json", "--dsn", primary)
-            cli_status = run_cli("status", "--dsn", primary)
-            cli_ls = run_cli("ls", "kb", "--dsn", primary)
-            cli_index = run_cli("index", str(tmp_path / "kb"), "--base", "kb", "--dsn", primary)
+            yield primary, standby, corpus
         finally:
-            replicas.remove_standby(folder)
+            replicas.remove_standby(folder, settings=Settings.from_env())
+
+
+def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fail_at_once(
+        primary_down, tmp_path, monkeypatch):
+    primary, standby, corpus = primary_down
+    wait_s = DOWN_WAIT_S
+
+    started = time.monotonic()
+    with metis_pg.connect(primary, read_dsns=[standby], settings=settings(database_wait_s=wait_s)) as m:
+        answer = m.search("kb", "kiln glaze firing schedule", mode="keyword")
+        first_s = time.monotonic() - started
+        hybrid = m.search("kb", "kiln glaze firing schedule")
+        compared = m.compare("kb", "cider press", top_k=2)
+        listed = m.list_bases()
+        documents = m.documents("kb")
+        text = m.get("kb", "orchard.md")
+        [status] = m.replica_status()
+        t0 = time.monotonic()
+        with pytest.raises(metis_pg.DatabaseUnavailable):
+            m.add_note("kb", "Pier", "The pier lamp is green.")
+        write_s = time.monotonic() - t0
+        app = service.create_app(m, tokens=[TOKEN], source_roots=[tmp_path])
+        with service.running(app) as url:
+            found = httpx.post(f"{url}/search", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30,
+                               json={"bases": "kb", "question": "copper apples", "mode": "keyword"})
+            health = httpx.get(f"{url}/healthz", timeout=30)
+            # What the console's pages read (metis_pg/service/console: GET /bases, then searches).
+            console = httpx.get(f"{url}/bases", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    monkeypatch.setenv("METIS_READ_DATABASE_URLS", standby)
+    monkeypatch.setenv("METIS_DATABASE_WAIT_S", str(wait_s))
+    cli = run_cli("search", "kb", "lantern", "--mode", "keyword", "--json", "--dsn", primary)
+    cli_status = run_cli("status", "--dsn", primary)
+    cli_ls = run_cli("ls", "kb", "--dsn", primary)
+    cli_index = run_cli("index", str(corpus), "--base", "kb", "--dsn", primary)
 
     assert answer.results[0].citation.document == "kiln.txt"
     assert "PRIMARY_UNAVAILABLE" in [w.code for w in answer.warnings], answer.warnings
@@ -449,3 +466,61 @@ def test_with_the_primary_stopped_hard_reads_come_from_the_standby_and_writes_fa
     assert cli_status.code == 0 and "kb" in cli_status.stdout, cli_status.stderr
     assert cli_ls.code == 0 and "kiln.txt" in cli_ls.stdout, cli_ls.stderr
     assert cli_index.code == 5 and "DATABASE_UNAVAILABLE" in cli_index.stderr + cli_index.stdout, cli_index
+
+
+def test_with_the_primary_down_a_consistent_search_says_why_it_cannot_answer(primary_down, monkeypatch):
+    primary, standby, _ = primary_down
+    why = r"consistent read .* cannot be answered: it needs the primary's latest WAL position"
+
+    with metis_pg.connect(primary, read_dsns=[standby], settings=settings(database_wait_s=DOWN_WAIT_S)) as m:
+        plain = m.search("kb", "lantern", mode="keyword")
+        with pytest.raises(metis_pg.DatabaseUnavailable, match=why) as refused:
+            m.search("kb", "lantern", mode="keyword", consistent=True)
+        app = service.create_app(m, tokens=[TOKEN], source_roots=[])
+        with service.running(app) as url:
+            http = httpx.post(f"{url}/search", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30,
+                              json={"bases": "kb", "question": "lantern", "mode": "keyword", "consistent": True})
+    monkeypatch.setenv("METIS_READ_DATABASE_URLS", standby)
+    monkeypatch.setenv("METIS_DATABASE_WAIT_S", str(DOWN_WAIT_S))
+    cli = run_cli("search", "kb", "lantern", "--mode", "keyword", "--consistent", "--dsn", primary)
+
+    assert plain.results and "PRIMARY_UNAVAILABLE" in [w.code for w in plain.warnings]
+    # It names the cause and what answers without it: the replica, by name, never a password.
+    assert replicas.replica_label(standby) in refused.value.message
+    assert "the primary cannot be reached (" in refused.value.message
+    assert http.status_code == 503 and http.json()["error"]["code"] == "DATABASE_UNAVAILABLE", http.text
+    assert "consistent read" in http.json()["error"]["message"]
+    assert cli.code == 5, cli
+    assert "DATABASE_UNAVAILABLE" in cli.stderr and "consistent read" in cli.stderr, cli.stderr
+
+
+def test_metis_serve_starts_with_the_primary_down_and_serves_from_the_standby(primary_down, tmp_path):
+    primary, standby, _ = primary_down
+    port = free_port()
+    env = {**os.environ, "METIS_READ_DATABASE_URLS": standby, "METIS_DATABASE_WAIT_S": str(DOWN_WAIT_S),
+           "METIS_API_TOKENS": TOKEN, "METIS_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "metis_pg.cli", "serve", "--port", str(port), "--dsn", primary],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        def up() -> httpx.Response | None:
+            assert proc.poll() is None, proc.communicate()[0]
+            with contextlib.suppress(httpx.HTTPError):
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            return None
+
+        health = poll("metis serve answers /healthz", up, timeout_s=120)
+        found = httpx.post(f"http://127.0.0.1:{port}/search", headers=auth, timeout=30,
+                           json={"bases": "kb", "question": "copper apples", "mode": "keyword"})
+        note = httpx.post(f"http://127.0.0.1:{port}/bases/kb/notes", headers=auth, timeout=30,
+                          json={"title": "Pier", "text": "The pier lamp is green."})
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=60)[0]
+
+    assert health.json()["status"] == "degraded" and health.json()["replicas"][0]["status"] == "ok", health.text
+    assert found.status_code == 200, found.text
+    assert found.json()["results"][0]["citation"]["document"] == "orchard.md"
+    assert "PRIMARY_UNAVAILABLE" in [w["code"] for w in found.json()["warnings"]]
+    assert note.status_code == 503 and note.json()["error"]["code"] == "DATABASE_UNAVAILABLE", note.text
+    assert "the primary cannot be reached" in output and "not migrated" in output, output

@@ -79,7 +79,7 @@ def test_connect_creates_a_new_databases_schema_and_refuses_an_old_one(other_dat
     with metis_pg.connect(other_database) as m:  # empty: created
         assert m.list_bases() == []
         m.create_base("made")
-    migrate.downgrade(other_database, "0006")
+    migrate.downgrade(other_database, "0006", settings=Settings.from_env())
     with pytest.raises(metis_pg.SchemaOutOfDate, match=r"metis db upgrade"):
         metis_pg.connect(other_database)
     result = run_cli("base", "list", "--dsn", other_database)

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from metis_pg.config import Settings
 import metis_pg
 from metis_pg import migrate, service, sqlfiles
 
@@ -31,6 +32,9 @@ VIEWS = {
     "chunk_citations_v4": ["base", "source", "document", "title", "kind", "headings", "page_start", "page_end",
                            "line_start", "line_end", "text", "chunk_id", "ordinal", "tags", "author", "category",
                            "date"],
+    "chunk_citations_v5": ["base", "source", "document", "title", "kind", "headings", "page_start", "page_end",
+                           "page_label", "line_start", "line_end", "text", "chunk_id", "ordinal", "tags", "author",
+                           "category", "date"],
     "documents": ["base", "source", "document", "title", "kind", "tags", "author", "category", "date", "modified_at",
                   "language", "meta", "size_bytes", "chunks", "indexed_at"],
     "base_health": ["base", "kind", "status", "documents", "chunks", "chunks_without_vector", "embedding_model",
@@ -89,13 +93,13 @@ def base_tables(conn: psycopg.Connection) -> list[str]:
 
 
 def test_migration_goes_down_and_up_and_ends_at_head(dsn, metis):
-    migrate.downgrade(dsn, "0002")
+    migrate.downgrade(dsn, "0002", settings=Settings.from_env())
     gone = rows(metis, "SELECT to_regclass('search_counts'), to_regnamespace('metis')")
     role = rows(metis, "SELECT count(*) FROM pg_roles WHERE rolname = 'metis_analyst'")
-    migrate.upgrade(dsn)
+    migrate.upgrade(dsn, settings=Settings.from_env())
     assert gone == [(None, None)]
     assert role == [(1,)]  # kept on downgrade: roles belong to the cluster
-    assert migrate.is_at_head(dsn)
+    assert migrate.is_at_head(dsn, settings=Settings.from_env())
     names = rows(metis, "SELECT table_name FROM information_schema.views WHERE table_schema = 'metis' ORDER BY 1")
     assert [n for (n,) in names] == sorted(VIEWS)
 

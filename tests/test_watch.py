@@ -166,3 +166,28 @@ def test_metis_watch_stops_cleanly_on_sigterm_and_ctrl_c(dsn, base_name, kb, sig
             proc.kill()
     assert proc.returncode == code, (proc.returncode, rest, err)
     assert "Traceback" not in err, err
+
+
+def test_a_text_the_model_refuses_does_not_keep_the_watch_running_again(metis, base_name, kb):
+    """Issue 26: a chunk the model refused is not sent again, so it is nothing to wait for: the watch
+    catches up (it used to index again at every heartbeat, since the chunk still lacked a vector)."""
+    from model_servers import FakeService, openai_embeddings
+
+    def respond(path, body):
+        if any("POISONED" in t for t in body["input"]):
+            return 413, {"error": {"code": "TEXT_TOO_LONG", "message": "refused"}}
+        return openai_embeddings(body, 32)
+
+    refusing = FakeService(respond)
+    try:
+        metis.create_base(base_name, embedding_model="refusing-hash", embedding_url=refusing.url, embedding_dim=32)
+        (kb / "poisoned.txt").write_text("A POISONED note the model refuses.", encoding="utf-8")
+        metis.index(base_name, kb)
+        assert metis.base(base_name).status == "ready"
+        with Running(metis, base_name) as running:
+            wait_for(lambda: metis.base(base_name).caught_up_at is not None, "caught up")
+            runs = running.watcher.runs
+            time.sleep(3)  # three heartbeats: no run comes back for the refused chunk
+            assert running.watcher.runs == runs
+    finally:
+        refusing.close()

@@ -1,5 +1,5 @@
 """``python -m metis_pg.cli``: the ``metis`` command."""
 
-from . import main
+from . import script
 
-main()
+script()

@@ -32,6 +32,12 @@ def index(
     batch: Annotated[int, typer.Option(
         "--batch", min=1, max=10_000,
         help="Documents written per transaction at most (1: each as soon as it is read).")] = 100,
+    readers: Annotated[Optional[str], typer.Option(
+        "--readers", help="Groups that may read the documents of these folders, comma-separated ('' = every "
+                          "caller again); kept with each source (default: keep the source's).")] = None,
+    front_matter_readers: Annotated[Optional[bool], typer.Option(
+        "--front-matter-readers/--no-front-matter-readers",
+        help="Let a document's own `readers:` front matter narrow its source's readers (default: keep).")] = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -43,6 +49,7 @@ def index(
       metis index --base docs     # every folder docs was indexed from: new, changed, deleted files
                                   # (a file indexed on its own: that file again, not its folder)
       metis index --all           # every base
+      metis index ./hr --base docs --readers hr,legal   # only hr and legal read these (docs/security.md)
     """
     r = renderer(ctx)
     r.choose(json=as_json)
@@ -55,6 +62,10 @@ def index(
         raise InvalidInput("--source names the source of the paths given; with no path every source keeps its name")
     max_file_bytes = None if max_file_mb is None else max(1, round(max_file_mb * 1_000_000))
     options = {"max_file_bytes": max_file_bytes, "batch_documents": batch}
+    if readers is not None or front_matter_readers is not None:
+        if not paths:
+            raise InvalidInput("--readers and --front-matter-readers are given to the folders indexed: name them")
+        options |= {"readers": readers, "front_matter_readers": front_matter_readers}
     with open_metis(dsn) as m:
         if paths:
             known = m.base_names()

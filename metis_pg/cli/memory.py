@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DsnOption, JsonOption, open_metis
+from .options import AsOption, DsnOption, JsonOption, open_metis, principals_option
 from .render import renderer
 from .root import app, note_app
 
@@ -40,8 +40,8 @@ def note_add(
 
 
 @note_app.command("list")
-def note_list(ctx: typer.Context, base: Annotated[str, typer.Argument(help="The base.")], dsn: DsnOption = None,
-              as_json: JsonOption = False) -> None:
+def note_list(ctx: typer.Context, base: Annotated[str, typer.Argument(help="The base.")],
+              as_group: AsOption = None, dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """List a base's notes, oldest first.
 
     Example: metis note list docs
@@ -49,7 +49,7 @@ def note_list(ctx: typer.Context, base: Annotated[str, typer.Argument(help="The 
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m:
-        found = m.notes(base)
+        found = m.notes(base, principals=principals_option(as_group))
     if as_json:
         r.json([n.to_dict() for n in found])
         return
@@ -108,6 +108,7 @@ def facts(
     ctx: typer.Context,
     base: Annotated[str, typer.Argument(help="A memory base.")],
     holding: Annotated[bool, typer.Option("--holding", help="Only the facts that still hold.")] = False,
+    as_group: AsOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -118,7 +119,7 @@ def facts(
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m:
-        found = m.facts(base, holding_only=holding)
+        found = m.facts(base, holding_only=holding, principals=principals_option(as_group))
     if as_json:
         r.json([f.to_dict() for f in found])
         return

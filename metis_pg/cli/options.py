@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DsnOption", "JsonOption", "JsonlOption", "CsvOption", "MdOption", "FilesOption", "open_metis",
            "fusion_option", "TagOption", "TagsAllOption", "ExcludeTagOption", "AuthorOption", "CategoryOption",
-           "SinceOption", "UntilOption", "ExcludeOption", "MetaOption", "metadata_filters"]
+           "SinceOption", "UntilOption", "ExcludeOption", "MetaOption", "metadata_filters", "AsOption", "principals_option"]
 
 DsnOption = Annotated[Optional[str], typer.Option("--dsn", envvar="METIS_DATABASE_URL",
                                                   help="PostgreSQL URL; default: the embedded server.")]
@@ -23,7 +23,7 @@ CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with a header 
 MdOption = Annotated[bool, typer.Option("--md", help="Print Markdown: a list of cited passages (documents) to paste.")]
 FilesOption = Annotated[bool, typer.Option("--files", help="Print document paths only, one per line, each once.")]
 
-# The metadata filters (issue 21) of `metis search` and `metis ls`: metis_pg.retrieval.Filters.
+# The metadata filters (issue 21) of `metis search` and `metis ls`: metis_pg.filters.Filters.
 TagOption = Annotated[Optional[list[str]], typer.Option(
     "--tag", help="Keep documents with this tag; repeated: with any of them (case-insensitive).")]
 TagsAllOption = Annotated[Optional[str], typer.Option(
@@ -39,6 +39,25 @@ UntilOption = Annotated[Optional[str], typer.Option(
     "--until", help="Keep documents dated until this ISO date (inclusive) or date-time.")]
 ExcludeOption = Annotated[Optional[list[str]], typer.Option(
     "--exclude", help="Drop documents whose path starts with this (repeatable).")]
+# Who reads (issue 21): an operator checking what a group sees (docs/security.md).
+AsOption = Annotated[Optional[list[str]], typer.Option(
+    "--as", help="Read as these groups only (repeatable, or comma-separated): what their members would see. "
+                 "'--as \'\'' reads as a caller without groups (documents without readers).")]
+
+
+def principals_option(value: list[str] | None) -> list[str] | None:
+    """The principals of ``--as`` (None: not given, the operator sees every document).
+
+    Raises:
+        InvalidInput: a malformed group name.
+    """
+    if value is None:
+        return None
+    from ..access import check_groups
+
+    return list(check_groups(",".join(value), what="group of --as"))
+
+
 MetaOption = Annotated[Optional[list[str]], typer.Option(
     "--meta", help="Keep documents whose front matter / properties have KEY=VALUE (repeatable: all must hold).")]
 

@@ -81,11 +81,13 @@ def _callbacks(bar: Progress) -> dict[str, Any]:
 
 
 def index_with_progress(r: Renderer, m: Metis, base: str, paths: list[Path], source: str | None, *, quiet: bool,
-                        max_file_bytes: int | None = None, batch_documents: int = 100) -> IndexReport:
-    """Index `paths` into `base` with two bars on stderr: "indexing" (documents, words phase), then "embedding"."""
+                        max_file_bytes: int | None = None, batch_documents: int = 100,
+                        **access: Any) -> IndexReport:
+    """Index `paths` into `base` with two bars on stderr: "indexing" (documents, words phase), then "embedding";
+    `access`: ``readers``, ``front_matter_readers`` of :meth:`metis_pg.Metis.index`."""
     with _bars(r, quiet) as bar:
         return m.index(base, *paths, source=source, max_file_bytes=max_file_bytes,
-                       batch_documents=batch_documents, **_callbacks(bar))
+                       batch_documents=batch_documents, **access, **_callbacks(bar))
 
 
 def reindex_with_progress(r: Renderer, m: Metis, base: str, *, quiet: bool,

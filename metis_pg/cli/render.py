@@ -19,12 +19,13 @@ from rich.markup import escape
 
 from ..config import BaseSpec
 from ..errors import InvalidInput, MetisError
+from ..formats import result_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compare import CompareResult
     from ..results import IndexReport, SearchResponse
 
-__all__ = ["Renderer", "ClosedPipe", "renderer", "visible", "SPEC"]
+__all__ = ["Renderer", "ClosedPipe", "renderer", "visible", "marked_snippet", "SPEC"]
 
 #: A base's defaults live in BaseSpec only; options and notes show them.
 SPEC = BaseSpec()
@@ -37,6 +38,20 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def visible(text: str) -> str:
     """Return `text` with its control characters written as ``\\xNN``, for one line of a terminal."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def marked_snippet(snippet: str, marks: tuple[tuple[int, int], ...], *, indent: str = "") -> Any:
+    """Return `snippet` as a rich Text, its `marks` (the words that weigh, ``Citation.marks``) in bold:
+    bold on a terminal, plain text elsewhere (a pipe, a file)."""
+    from rich.text import Text
+
+    text, at = Text(indent), 0
+    for start, end in marks:
+        text.append(visible(snippet[at:start]))
+        text.append(visible(snippet[start:end]), style="bold")
+        at = end
+    text.append(visible(snippet[at:]))
+    return text
 
 
 class ClosedPipe(Exception):
@@ -148,14 +163,12 @@ class Renderer:
         self.warnings(answer.warnings)
         if not answer.results:
             self.out.print("no results")
-        several = len(answer.bases) > 1
         for rank, r in enumerate(answer.results, start=1):
             c = r.citation
-            where = f"{r.base} · " if several else ""
-            heading = " > ".join(c.headings) if c.headings else c.title
+            where, heading = result_label(answer, r)
             more = "" if r.passages is None else f" ({r.passages} passage{'' if r.passages == 1 else 's'})"
             self.line(f"{rank}. {where}{c.location()} · {heading}{more}")
-            self.out.print(f"   {visible(c.snippet)}")
+            self.out.print(marked_snippet(c.snippet, c.marks, indent="   "))
             if c.tags or c.author:  # what the document says of itself (its date alone may be the file's mtime)
                 about = " · ".join(part for part in (
                     c.date.isoformat()[:10] if c.date else "", f"by {c.author}" if c.author else "",
@@ -259,6 +272,14 @@ class Renderer:
 def status_line(i) -> str:
     """Return one line of a base's status (``metis status``, ``metis base list``)."""
     missing = f", {i.chunks_without_vector} without vector" if i.chunks_without_vector else ""
+    why = getattr(i, "without_vector_by_reason", None) or {}
+    reasons = [f"{why[k]} {words}" for k, words in (("refused", "refused by the embedding model"),
+                                                    ("model_unavailable", "model did not answer"))
+               if why.get(k)]
+    if reasons and why.get("not_embedded_yet"):
+        reasons.append(f"{why['not_embedded_yet']} not embedded yet")
+    missing += f" ({', '.join(reasons)})" if reasons else ""
+    missing += f", {i.chunks_cut} embedded from a cut text" if getattr(i, "chunks_cut", 0) else ""
     missing += f", {i.vectors_reused} sharing a vector (same text)" if i.vectors_reused else ""
     model = i.spec.get("embedding_model")
     interrupted = " (last indexing interrupted: `metis index` finishes it)" if i.interrupted else ""

@@ -9,6 +9,7 @@ import typer
 
 from ..errors import BaseNotFound, InvalidInput
 from .options import (
+    AsOption,
     AuthorOption,
     CategoryOption,
     CsvOption,
@@ -27,6 +28,7 @@ from .options import (
     fusion_option,
     metadata_filters,
     open_metis,
+    principals_option,
 )
 from .progress import count_bar
 from .render import SPEC, renderer
@@ -82,7 +84,9 @@ def search(
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
     consistent: Annotated[bool, typer.Option(
         "--consistent", help="Read your writes: search a read replica only once it has replayed every write "
-                             "committed so far (else the primary).")] = False,
+                             "committed so far (else the primary). With the primary down it cannot be "
+                             "confirmed: exit 5, saying why.")] = False,
+    as_group: AsOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
     as_jsonl: JsonlOption = False,
@@ -106,14 +110,20 @@ def search(
       metis search docs "vacation" --files -n 3              # the 3 best documents' paths
       metis search docs "leave" --tag hr --since 2024-01-01 --meta status=final
       metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
+      metis search docs "salary bands" --as eng             # what the group eng may read
     """
     from ..formats import cut_below, search_output
 
+    if mode != "keyword":
+        from ..models._e5 import preload
+
+        preload()  # the bundled model loads while the command connects (metis search's start-up, issue 25)
     r = renderer(ctx)
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     filters = {"path_prefix": prefix, "kinds": kind or None, "sources": source or None,
                **metadata_filters(tag, tags_all, exclude_tag, author, category, since, until, exclude, meta)}
     fusion = fusion_option(weights, rrf_k)
+    principals = principals_option(as_group)
     extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
     if any(v is not None for v in extra.values()):
         fusion = {**(fusion or {}), **{k: v for k, v in extra.items() if v is not None}}
@@ -129,7 +139,8 @@ def search(
         with open_metis(dsn) as m:
             names, question = bases_and_question(m, words, base)
             result = m.compare(names, question, top_k=top_k, rerank=False if no_rerank else None,
-                               filters={k: v for k, v in filters.items() if v}, fusion=fusion)
+                               filters={k: v for k, v in filters.items() if v}, fusion=fusion,
+                               principals=principals)
         if fmt == "json":
             r.json(result.to_dict())
         else:
@@ -139,7 +150,7 @@ def search(
         names, question = bases_and_question(m, words, base)
         answer = m.search(names, question, mode=mode or "hybrid", top_k=top_k, rerank=False if no_rerank else None,
                           filters={k: v for k, v in filters.items() if v}, fusion=fusion, consistent=consistent,
-                          per_document=per_document or fmt == "files")
+                          per_document=per_document or fmt == "files", principals=principals)
     answer, dropped = cut_below(answer, min_score)
     if fmt == "text":
         r.answer(answer)
@@ -198,6 +209,7 @@ def get_command(
     max_bytes: Annotated[Optional[int], typer.Option(
         "--max-bytes", min=1, help="Print at most this many bytes (UTF-8) of each document's text, and say what "
                                    "was cut.")] = None,
+    as_group: AsOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -213,7 +225,7 @@ def get_command(
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m:
-        found = m.get(base, *documents, source=source)
+        found = m.get(base, *documents, source=source, principals=principals_option(as_group))
     shown = [(d, cut_utf8(d.text, max_bytes), len(d.text.encode("utf-8"))) for d in found]
     if as_json:
         r.json([{**d.to_dict(), "text": cut, "bytes": size, "truncated": len(cut) < len(d.text)}
@@ -237,6 +249,7 @@ def ls_command(
     until: UntilOption = None,
     exclude: ExcludeOption = None,
     meta: MetaOption = None,
+    as_group: AsOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
     as_jsonl: JsonlOption = False,
@@ -258,7 +271,8 @@ def ls_command(
     fmt = r.choose(json=as_json, jsonl=as_jsonl, csv=as_csv, md=as_md, files=as_files)
     with open_metis(dsn) as m:
         found = m.documents(base, prefix, source=source, filters=metadata_filters(
-            tag, tags_all, exclude_tag, author, category, since, until, exclude, meta) or None)
+            tag, tags_all, exclude_tag, author, category, since, until, exclude, meta) or None,
+            principals=principals_option(as_group))
     if fmt != "text":
         r.write(documents_output(found, fmt))
     else:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .options import DsnOption
+from .options import AsOption, DsnOption, principals_option
 from .render import renderer
 from .root import app, db_app, eos_app, replica_app
 
@@ -23,10 +23,12 @@ def db_upgrade(ctx: typer.Context, dsn: DsnOption = None) -> None:
     Example: metis db upgrade --dsn postgresql://metis@db/metis
     """
     from .. import db, migrate
+    from ..config import Settings
 
-    resolved = db.resolve_dsn(dsn)
-    migrate.upgrade(resolved)
-    renderer(ctx).out.print(f"database at revision {migrate.current_revision(resolved)} (head)")
+    settings = Settings.from_env()
+    resolved = db.resolve_dsn(dsn, settings)
+    migrate.upgrade(resolved, settings=settings)
+    renderer(ctx).out.print(f"database at revision {migrate.current_revision(resolved, settings=settings)} (head)")
 
 
 @db_app.command("current")
@@ -36,9 +38,11 @@ def db_current(ctx: typer.Context, dsn: DsnOption = None) -> None:
     Example: metis db current
     """
     from .. import db, migrate
+    from ..config import Settings
 
-    resolved = db.resolve_dsn(dsn)
-    renderer(ctx).out.print(f"current {migrate.current_revision(resolved)} · head {migrate.head_revision()}")
+    settings = Settings.from_env()
+    resolved = db.resolve_dsn(dsn, settings)
+    renderer(ctx).out.print(f"current {migrate.current_revision(resolved, settings=settings)} · head {migrate.head_revision()}")
 
 
 @db_app.command("stop")
@@ -81,8 +85,9 @@ def replica_create(
     Prints its URL: add it to METIS_READ_DATABASE_URLS. Example: metis db replica create /var/tmp/standby1
     """
     from .. import db, replicas
+    from ..config import Settings
 
-    url = replicas.create_standby(db.resolve_dsn(dsn), path, slot=slot)
+    url = replicas.create_standby(db.resolve_dsn(dsn, Settings.from_env()), path, slot=slot)
     renderer(ctx).out.print(url)
 
 
@@ -171,13 +176,13 @@ def serve_http(
 
 
 @app.command("mcp")
-def mcp_command(dsn: DsnOption = None) -> None:
+def mcp_command(as_group: AsOption = None, dsn: DsnOption = None) -> None:
     """Serve the Model Context Protocol over stdin/stdout, for coding agents (tools search, get, list_bases, status).
 
     An agent starts it itself: add it to the agent's MCP configuration (README, "For coding agents").
 
-    Example: metis mcp --dsn postgresql://metis@db/metis
+    Example: metis mcp --dsn postgresql://metis@db/metis --as eng
     """
     from ..mcp_server import serve_stdio
 
-    serve_stdio(dsn)
+    serve_stdio(dsn, principals=principals_option(as_group))

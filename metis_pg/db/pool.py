@@ -50,9 +50,9 @@ DATABASE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
-    """Return the DSN to use: `dsn`, else ``METIS_DATABASE_URL``, else the embedded server."""
-    settings = settings or Settings.from_env()
+def resolve_dsn(dsn: str | None, settings: Settings) -> str:
+    """Return the DSN to use: `dsn`, else ``settings.database_url``, else the embedded server of
+    ``settings.pgdata``."""
     if dsn:
         return dsn
     if settings.database_url:
@@ -96,9 +96,9 @@ _FIXED_CAUSES: tuple[tuple[type[BaseException], str], ...] = (
 )
 
 
-def cause_of(exc: BaseException, settings: Settings | None = None) -> str:
-    """Return what a database error means for the user, in a few words (no traceback)."""
-    settings = settings or Settings.from_env()
+def cause_of(exc: BaseException, settings: Settings) -> str:
+    """Return what a database error means for the user, in a few words (no traceback); `settings`
+    gives the wait a timeout is named with."""
     text = str(exc)
     low = text.lower()
     if isinstance(exc, pg_errors.DiskFull) or "no space left on device" in low:
@@ -130,7 +130,7 @@ def cause_of(exc: BaseException, settings: Settings | None = None) -> str:
     return re.sub(r"^connection failed: ", "", first)
 
 
-def unavailable(exc: BaseException, settings: Settings | None = None) -> DatabaseUnavailable:
+def unavailable(exc: BaseException, settings: Settings) -> DatabaseUnavailable:
     """Return the DatabaseUnavailable that stands for `exc` (raise it ``from exc``)."""
     if isinstance(exc, DatabaseUnavailable):
         return exc
@@ -152,13 +152,12 @@ def _connect_timeout(settings: Settings) -> int:
     return max(2, math.ceil(settings.database_wait_s))
 
 
-def connect(dsn: str, settings: Settings | None = None, **kwargs: Any) -> psycopg.Connection:
-    """Open a connection of its own (not pooled) within ``database_wait_s``.
+def connect(dsn: str, settings: Settings, **kwargs: Any) -> psycopg.Connection:
+    """Open a connection of its own (not pooled) within ``settings.database_wait_s``.
 
     Raises:
         DatabaseUnavailable: no connection (the message names the cause).
     """
-    settings = settings or Settings.from_env()
     kwargs.setdefault("connect_timeout", _connect_timeout(settings))
     try:
         return psycopg.connect(dsn, **kwargs)
@@ -196,9 +195,9 @@ class Pool:
         max_size: connections at most.
     """
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None,
+    def __init__(self, dsn: str, *, settings: Settings, min_size: int = 1, max_size: int = 8,
                  pgdata: Path | None = None, lazy: bool = False) -> None:
-        self.settings = settings or Settings.from_env()
+        self.settings = settings
         self.min_size, self.max_size = min_size, max_size
         self._pgdata = pgdata if pgdata is not None else embedded_data_folder(dsn)
         self._closed = False
@@ -374,7 +373,7 @@ class Pool:
         self.close()
 
 
-def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 8, settings: Settings | None = None) -> Pool:
+def open_pool(dsn: str, *, settings: Settings, min_size: int = 1, max_size: int = 8) -> Pool:
     """Open the :class:`Pool` on `dsn` with pgvector types registered and the waits of `settings`.
 
     Raises:

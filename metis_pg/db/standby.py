@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import sqlfiles
+from ..config import Settings
 from ..errors import DatabaseUnavailable, InvalidInput
 from . import embedded, pool
 
@@ -151,8 +152,10 @@ def stop_standby(path: str | os.PathLike, *, mode: str = "fast") -> None:
     _run("pg_ctl", ["-w", "-D", str(Path(path).resolve()), "-m", mode, "stop"], timeout=70)
 
 
-def remove_standby(path: str | os.PathLike, primary_dsn: str | None = None, *, slot: str | None = None) -> None:
-    """Stop the local standby in `path` if it runs, delete its folder, drop its slot on `primary_dsn`."""
+def remove_standby(path: str | os.PathLike, primary_dsn: str | None = None, *, settings: Settings,
+                   slot: str | None = None) -> None:
+    """Stop the local standby in `path` if it runs, delete its folder, drop its slot on `primary_dsn`
+    (connecting within `settings`' ``database_wait_s``)."""
     path = Path(path).resolve()
     try:
         stop_standby(path)
@@ -160,5 +163,5 @@ def remove_standby(path: str | os.PathLike, primary_dsn: str | None = None, *, s
         pass
     shutil.rmtree(path, ignore_errors=True)
     if primary_dsn:
-        with pool.connect(primary_dsn, autocommit=True) as conn:
+        with pool.connect(primary_dsn, settings, autocommit=True) as conn:
             conn.execute(sqlfiles.load("replicas/drop_slot"), {"slot": slot or _slot_name(path)})

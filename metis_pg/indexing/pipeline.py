@@ -1,4 +1,7 @@
-"""The indexing pipeline: ensure base → read → chunk → tokenize → write words → embed vectors (SPEC F2-F4).
+"""The indexing pipeline: read → chunk → tokenize → write words → embed vectors (SPEC F2-F4).
+
+The base is ensured (looked up, or created with the defaults) by ``Metis.index`` before it
+calls :func:`index` with the base's row and embedder: nothing here calls back up into the API.
 
 Two phases (issue 14): phase 1 (words) reads, chunks, tokenizes and writes every
 new or changed document's chunks and postings for the whole run without calling
@@ -14,7 +17,7 @@ Incremental (F3): a document whose content hash is unchanged is skipped; a
 changed one is re-chunked and written in the transaction that also deletes its
 previous version (reusing the vectors of chunks whose text did not change); a
 document gone from its folder is deleted with everything it owns. Documents are
-written in batches, one transaction each (:class:`_Batch`).
+written in batches, one transaction each (:class:`~.run.Batch`).
 
 When the embedding model does not answer (F14), the chunks keep no vector,
 the base becomes ``waiting``, and the model is not called again during that
@@ -40,85 +43,59 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-
-import psycopg
+from typing import Any
 
 from .. import db, storage
-from ..chunking import Chunk, chunk_document, chunk_terms, embedding_text
-from ..config import BaseSpec, Settings
+from ..config import Settings
 from ..documents import SourceInfo
 from ..errors import (
     DiskFull,
-    BaseNotFound,
-    DatabaseUnavailable,
     EmbeddingModelUnavailable,
     InvalidInput,
     MetisError,
-    UnreadableDocument,
 )
-from ..disk_space import BYTES_PER_CHUNK, BYTES_PER_VECTOR, DiskGuard
+from ..disk_space import BYTES_PER_VECTOR, DiskGuard
 from ..models.embed import Embedder
-from ..readers import budget_left, display_path, kind_of, read_document, read_file_once, time_budget, versioned_hash
-from ..readers.document import Document
+from ..readers import display_path
 from ..results import FailedDocument, IndexReport
 from ..tokenizer import TOKENIZER_VERSION
 from . import sources, vectors
+from .reading import read_file
+from .run import Batch, Run
 
-__all__ = ["Progress", "index", "index_paths", "reindex", "tokenize", "own_document", "embed_own"]
-
-log = logging.getLogger(__name__)
+__all__ = ["Progress", "index", "index_paths", "reindex", "embed_own"]
 
 #: Called after each document: (documents done, documents in all, chunks written so far).
 Progress = Callable[[int, int, int], None]
 
 
-def tokenize(chunks: Sequence[Chunk], field_weight: int = 1) -> list[list[str]]:
-    """Return the BM25 terms of each chunk (:func:`metis_pg.chunking.chunk_terms`), the heading
-    path's words counted `field_weight` times (``BaseSpec.field_weight``)."""
-    return [chunk_terms(c, field_weight) for c in chunks]
-
-
 def index(
     pool: db.Pool,
     settings: Settings,
-    name: str,
+    row: storage.BaseRow,
     paths: Sequence[str | os.PathLike],
+    embedder: Embedder | None,
     *,
-    embedder_for: Callable[[BaseSpec], Embedder],
-    create_base: Callable[[str], object],
+    created: bool = False,
     max_file_bytes: int | None = None,
     **options,
 ) -> IndexReport:
-    """Index files and folders into the base `name`, created by ``create_base(name)`` if missing.
+    """Index files and folders into the base of `row`, embedding with `embedder`.
 
-    Ensures the base, then runs :func:`index_paths` as its one indexer
-    (:func:`metis_pg.storage.indexer_session`). A refused run (a missing folder, a reserved
-    source name) that created the base leaves none behind. `max_file_bytes` overrides the
-    spec's for this run; `options` are those of :func:`index_paths`.
+    Runs :func:`index_paths` as the base's one indexer (:func:`metis_pg.storage.indexer_session`).
+    `created`: the caller created the base for this run (``Metis.index`` ensures the base before
+    it calls here); a refused run (a missing folder, a reserved source name) then leaves none
+    behind. `max_file_bytes` overrides the spec's for this run; `options` are those of
+    :func:`index_paths`.
 
     Raises:
         InvalidInput, BaseBusy, DatabaseUnavailable: as :func:`index_paths` and the indexer lock.
     """
-    created = False
     try:
-        with pool.connection() as conn:
-            row = storage.get_base(conn, name)
-    except BaseNotFound:
-        create_base(name)
-        with pool.connection() as conn:
-            row = storage.get_base(conn, name)
-        created = True
-    try:
-        embedder = embedder_for(row.base_spec)
         if max_file_bytes is not None:
             row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
         with storage.indexer_session(pool, row.base_id):
@@ -127,29 +104,10 @@ def index(
         if created:
             with contextlib.suppress(MetisError):  # the run's own error is the one to report
                 with pool.connection() as conn:
-                    rows = storage.list_bases(conn, name)
+                    rows = storage.list_bases(conn, row.name)
                     if rows and not rows[0]["documents"]:
-                        storage.drop_base(conn, name)
+                        storage.drop_base(conn, row.name)
         raise
-
-
-@dataclass
-class _Run:
-    """What one indexing run did so far.
-
-    Attributes:
-        counts: the counters of :class:`~metis_pg.results.IndexReport` by name (``read``, ``new``,
-            ``changed``, ``unchanged``, ``deleted``, ``chunks``, ``chunks_embedded``, ``vectors_reused``).
-    """
-
-    base: str
-    base_id: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
-    failed: list[FailedDocument] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    model_down: str | None = None
-
-
 
 
 def index_paths(
@@ -164,6 +122,7 @@ def index_paths(
     batch_documents: int = 100,
     file_time_budget_s: float | None = None,
     on_embed_progress: vectors.EmbedProgress | None = None,
+    access: dict[str, Any] | None = None,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
 
@@ -176,7 +135,7 @@ def index_paths(
     are gone from it are deleted, except those under a folder that could not be
     listed (kept, with a warning naming the folder). A single file is indexed into
     the source of its folder. Documents are written in batches of at most
-    `batch_documents` (see :class:`_Batch`).
+    `batch_documents` (see :class:`~.run.Batch`).
 
     Args:
         on_progress: phase 1, after each file: (documents done, documents in all, chunks written).
@@ -187,13 +146,16 @@ def index_paths(
             checked in the readers' and chunker's loops: one library call that does
             not return to them (pypdf on one page, the HTML parse) can overrun it
             (:func:`metis_pg.readers.time_budget`).
+        access: ``readers`` and ``front_matter_readers`` of each source given
+            (:func:`metis_pg.storage.set_source_readers`), set before any document is written;
+            None keeps the sources'.
 
     Raises:
         InvalidInput: a path does not exist, cannot be examined, or is not a kind metis reads.
     """
     started = time.perf_counter()
     spec = base.base_spec
-    run = _Run(base=base.name, base_id=base.base_id)
+    run = Run(base=base.name, base_id=base.base_id)
     budget = settings.file_time_budget_s if file_time_budget_s is None else file_time_budget_s
     unlisted: dict[Path, str] = {}
 
@@ -215,6 +177,8 @@ def index_paths(
             storage.ensure_source(conn, base.base_id, name, display_path(str(root)), whole_folder=deletes)
             for name, root, _, deletes in (_fields(p) for p in plans)
         ]
+        for source_id in source_ids if access else ():  # before any document of the run is written
+            storage.set_source_readers(conn, source_id, **access)
         storage.set_status(conn, base.base_id, "indexing")
 
     # A full disk foreseen (issue 26): every write checks first that it leaves the margin free.
@@ -229,7 +193,7 @@ def index_paths(
             with pool.connection() as conn:
                 known = storage.document_hashes(conn, source_id)
             seen: set[str] = set()
-            batch = _Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents,
+            batch = Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents,
                            guard=guard)
             for path in files:
                 rel = display_path(path.relative_to(root).as_posix())
@@ -238,7 +202,7 @@ def index_paths(
                                                           f" is indexed under the same name {rel!r}: skipped"))
                 else:
                     seen.add(rel)
-                    pending = _read_file(pool, settings, spec, run, path, root, rel, known.get(rel), budget,
+                    pending = read_file(pool, settings, spec, run, path, root, rel, known.get(rel), budget,
                                          retokenize=retokenize)
                     if pending is not None:
                         batch.add(pending)
@@ -304,171 +268,24 @@ def index_paths(
 
         with pool.connection() as conn:
             missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
-            status = "waiting" if missing else "ready"
+            # Chunks the model refused are not sent again (vector_notes): nothing is left to wait for.
+            refused_chunks = storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars)
+            status = "waiting" if missing > refused_chunks else "ready"
             storage.set_status(conn, base.base_id, status, indexed=True)
         if run.counts["read"] == 0 and not run.failed and total == 0 and not unlisted:
             run.warnings.append("nothing is indexed: the sources hold no document it reads (md, txt, html, pdf, docx)")
         return IndexReport(
             base=base.name, **run.counts, failed=tuple(run.failed),
-            chunks_without_vector=missing, status=status, warnings=tuple(run.warnings),
+            chunks_without_vector=missing, chunks_refused=refused_chunks, status=status,
+            warnings=tuple(run.warnings),
             seconds=time.perf_counter() - started,
         )
     except DiskFull:
         with pool.connection() as conn:  # the base as its rows are, not left "indexing"
-            missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+            missing = (storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
+                       - storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars))
             storage.set_status(conn, base.base_id, "waiting" if missing else "ready", indexed=True)
         raise
-
-
-#: A batch of documents is written (one transaction) once it holds this many chunks,
-#: its maximum of documents, or its first document has waited this many seconds.
-_BATCH_CHUNKS = 500
-_BATCH_SECONDS = 1.0
-
-
-class _Batch:
-    """Documents read, waiting to be written in one transaction.
-
-    Writing many small documents at once costs one update of the base's BM25
-    statistics instead of one per document (docs/performance.md). A document is
-    searchable by its words at most about a second after it was read, and a process
-    killed before :meth:`write` loses only the unwritten batch: the next ``metis index``
-    reads those files again, as they are still new or changed.
-    """
-
-    def __init__(self, pool: db.Pool, base_id: int, source_id: int, model: str, run: _Run, *,
-                 max_documents: int, guard: DiskGuard | None = None) -> None:
-        self._pool, self._base_id, self._source_id, self._model, self._run = pool, base_id, source_id, model, run
-        self._guard = guard
-        self._max_documents = max_documents
-        self._pending: list[storage.PendingDocument] = []
-        self._chunks = 0
-        self._since = 0.0
-
-    def add(self, document: storage.PendingDocument) -> None:
-        """Queue a document; write the batch once it is full or has waited long enough."""
-        if not self._pending:
-            self._since = time.monotonic()
-        self._pending.append(document)
-        self._chunks += len(document.chunks)
-        # Counted when queued, so progress moves with reading; a failed write raises anyway.
-        self._run.counts["chunks"] += len(document.chunks)
-        if document.replaces is None:
-            self._run.counts["new"] += 1
-        else:
-            self._run.counts["changed"] += 1
-        self.write_if_due()
-
-    def write_if_due(self) -> None:
-        """Write the batch if it is full or its first document has waited long enough."""
-        if self._pending and (self._chunks >= _BATCH_CHUNKS or len(self._pending) >= self._max_documents
-                              or time.monotonic() - self._since >= _BATCH_SECONDS):
-            self.write()
-
-    def write(self) -> None:
-        """Write the queued documents in one transaction."""
-        if not self._pending:
-            return
-        if self._guard is not None:  # DISK_FULL before PostgreSQL runs out of space (metis_pg.disk_space)
-            self._guard.check_pool(self._pool, self._chunks * BYTES_PER_CHUNK)
-        with self._pool.connection() as conn:
-            storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
-                                    documents=self._pending, model=self._model)
-        self._pending, self._chunks = [], 0
-
-
-def _read_file(
-    pool: db.Pool,
-    settings: Settings,
-    spec: BaseSpec,
-    run: _Run,
-    path: Path,
-    root: Path,
-    rel: str,
-    known: tuple[int, str] | None,
-    budget_s: float | None = None,
-    *,
-    retokenize: bool = False,
-) -> storage.PendingDocument | None:
-    """Read and chunk a new or changed file; None when it is unchanged or unreadable.
-
-    With `retokenize` (the base's postings are an older tokenizer's) an unchanged file
-    is read again too, and counted as changed.
-
-    Its chunks carry the vectors of the chunk texts its indexed version already
-    had, and None for the others (embedded in phase 2).
-
-    Any exception while reading or chunking the file, except a database error,
-    puts it in ``run.failed`` with a reason naming it (:func:`_failure_reason`);
-    a file already indexed keeps its indexed version.
-    """
-    shown = display_path(str(path))
-    try:
-        with time_budget(budget_s, str(path), per_mb_s=settings.file_time_per_mb_s,
-                         per_page_s=settings.file_time_per_page_s):
-            # One read of the bytes, then hashed and parsed: a file replaced meanwhile cannot store
-            # one version's hash with the other's text. Opened without blocking or following a link
-            # swapped in since the listing, and only if it is a regular file (readers.files).
-            left = budget_left()
-            data = read_file_once(str(sources.final_target(path, root)), max_bytes=spec.max_file_bytes,
-                                  timeout_s=None if left is None else max(left, 2.0),
-                                  too_large=lambda n: f"{n:,} bytes is over the limit of {spec.max_file_bytes:,} bytes")
-            size = len(data)
-            modified_at = _modified_at(path)
-            content_hash = versioned_hash(hashlib.sha256(data).hexdigest(), kind_of(path))
-            if known is not None and known[1] == content_hash and not retokenize:
-                run.counts["unchanged"] += 1
-                return None
-            document = read_document(path, max_bytes=spec.max_file_bytes, data=data,
-                                     max_title_chars=settings.title_max_chars)
-            del data
-            chunks = chunk_document(document, chunk_size=spec.chunk_size)
-    except (psycopg.Error, DatabaseUnavailable):
-        raise
-    except Exception as exc:  # noqa: BLE001 - one file never ends the run (module docstring)
-        reason = _failure_reason(shown, exc)
-        if known is not None:
-            reason += " (its indexed version is kept)"
-        log.warning("skipped %s", reason)
-        run.failed.append(FailedDocument(rel, reason))
-        return None
-    run.counts["read"] += 1
-    for w in document.warnings:
-        run.warnings.append(f"{rel}: {w}")
-    reuse = {}
-    if known:
-        with pool.connection() as conn:
-            rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
-        reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
-    m = document.meta
-    meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size, tags=m.tags,
-                                author=m.author, category=m.category, date=m.date,
-                                modified_at=modified_at,
-                                language=m.language, extra=dict(m.extra))
-    return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
-                                   replaces=known[0] if known else None, terms=tokenize(chunks, spec.field_weight))
-
-
-def _modified_at(path: Path) -> datetime | None:
-    """The file's modification time (what since/until fall back on), None when it cannot be examined."""
-    try:
-        return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-    except (OSError, ValueError, OverflowError):
-        return None
-
-
-def _failure_reason(shown: str, exc: Exception) -> str:
-    """Return why a file was skipped, starting with its path `shown`: ``"<path>: <reason>"``."""
-    if isinstance(exc, UnreadableDocument):
-        return display_path(exc.message)
-    if isinstance(exc, OSError):
-        return f"{shown}: cannot open: {exc.strerror or exc}"
-    if isinstance(exc, RecursionError):
-        return f"{shown}: nested too deeply to read (RecursionError)"
-    if isinstance(exc, MemoryError):
-        return f"{shown}: out of memory while reading"
-    detail = display_path(str(exc))[:300]
-    return f"{shown}: could not be read ({type(exc).__name__}{': ' + detail if detail else ''})"
 
 
 def reindex(
@@ -515,19 +332,6 @@ def reindex(
                                        warnings=(f"source {s.name!r} not read again: {exc.message};"
                                                  f" its {s.documents} documents are kept",)))
     return reports
-
-
-def own_document(base: storage.BaseRow, document: Document, data: bytes, document_id: int
-                 ) -> storage.PendingDocument:
-    """Chunk and tokenize a document the base holds itself (a note, a fact) for :func:`storage.write_documents`.
-
-    No vectors: :func:`embed_own` embeds them once the words are written.
-    """
-    chunks = chunk_document(document, chunk_size=base.base_spec.chunk_size)
-    meta = storage.DocumentMeta(document.path, document.title, document.kind, hashlib.sha256(data).hexdigest(),
-                                len(data))
-    return storage.PendingDocument(meta, chunks, None, document_id=document_id,
-                                   terms=tokenize(chunks, base.base_spec.field_weight))
 
 
 def embed_own(pool: db.Pool, settings: Settings, base: storage.BaseRow, embedder: Embedder | None,

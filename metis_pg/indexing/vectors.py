@@ -9,6 +9,7 @@ interruption loses at most one batch and the next run embeds only the rest.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
-from ..errors import EmbeddingModelUnavailable
+from ..errors import EmbeddingModelUnavailable, MetisError
 from ..models._http import RemoteStatus
 from ..models.embed import PASSAGES_DONE, Embedder
 from ..results import ReembedReport
@@ -78,8 +79,12 @@ def embed_batches(
     embedding text cut to `max_chars` (``Settings.embed_max_chars``). A batch the model
     refuses (an HTTP 4xx other than 408 and 429: the service answered, and would answer the
     same again) is sent again in halves down to the one text it refuses, which is skipped:
-    put in `refused` as ``{chunk_id: (document_id, the model's error)}``; the run goes on past
-    it. So one text never keeps the others from their vectors.
+    put in `refused` as ``{chunk_id: (document_id, the model's error)}`` and noted ``refused`` in
+    ``vector_notes`` (migration 0018); the run goes on past it, and later runs do not send it
+    again while `model` and `max_chars` stay the same. So one text never keeps the others from
+    their vectors. A chunk whose text was cut to `max_chars` is noted ``cut``; when the model does
+    not answer, every chunk still without a vector is noted ``model_unavailable`` (sent again by
+    the next run).
 
     `before_write(n)` is called before `n` vectors are written (the disk check: it may raise
     :class:`~metis_pg.errors.DiskFull`); `on_written(n)` after each batch written (so a caller
@@ -92,13 +97,35 @@ def embed_batches(
         EmbeddingModelUnavailable: the model did not answer (vectors written before stay).
         InvalidInput: the model answered a vector that is not one-dimensional or not finite.
     """
+    refused = {} if refused is None else refused
+    try:
+        return _embed_loop(pool, base_id, model, embedder, batch=batch, max_chars=max_chars,
+                           document_id=document_id, on_progress=on_progress, on_written=on_written,
+                           refused=refused, before_write=before_write, done=done, todo=todo,
+                           per_passage=per_passage)
+    except EmbeddingModelUnavailable as exc:
+        # Why the chunks left have no vector, for status; the next run sends them again.
+        # A few hundred bytes a chunk: the disk check (before_write) with the margin is enough.
+        with contextlib.suppress(MetisError):
+            if before_write:
+                before_write(1)
+            with pool.connection() as conn:
+                storage.note_model_unavailable(conn, base_id, model, exc.message, max_chars)
+        raise
+
+
+def _embed_loop(pool: db.Pool, base_id: int, model: str, embedder: Embedder, *, batch: int,
+                max_chars: int | None, document_id: int | None, on_progress: EmbedProgress | None,
+                on_written: Callable[[int], None] | None, refused: dict[int, tuple[int, str]],
+                before_write: Callable[[int], None] | None, done: int, todo: int, per_passage: bool) -> Embedded:
+    """:func:`embed_batches`' loop (the arguments are its own)."""
     result = Embedded()
     window = batch
     after = 0  # chunk ids above the last batch: a refused chunk is not fetched again in this run
-    refused = {} if refused is None else refused
     while True:
         with pool.connection() as conn:
-            rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after)
+            rows = storage.chunks_without_vector(conn, base_id, model, window, document_id, after=after,
+                                                 max_chars=max_chars)
             if not rows:
                 return result
             texts = [embedding_text(t, h, x) for _, _, t, h, x in rows]
@@ -122,12 +149,19 @@ def embed_batches(
             known.update(zip(fresh, _embed_bisecting(embedder, [t[:max_chars] for t in fresh], passages_done)))
         written = [(r[0], r[1], known[t], storage.text_hash(t)) for r, t in zip(rows, texts)
                    if not isinstance(known[t], str)]
-        refused.update({r[0]: (r[1], known[t]) for r, t in zip(rows, texts) if isinstance(known[t], str)})
+        cut = [r[0] for r, t in zip(rows, texts)
+               if max_chars is not None and len(t) > max_chars and not isinstance(known[t], str)]
+        now_refused = {r[0]: (r[1], known[t]) for r, t in zip(rows, texts) if isinstance(known[t], str)}
+        refused.update(now_refused)
+        if now_refused:  # stored: the next runs do not send them again (vector_notes, migration 0018)
+            with pool.connection() as conn:
+                storage.note_vectors(conn, base_id, model,
+                                     [(c, "refused", why) for c, (_, why) in now_refused.items()], max_chars)
         if written:
             if before_write:  # e.g. the disk check (metis_pg.disk_space): may raise DiskFull
                 before_write(len(written))
             with pool.connection() as conn:
-                storage.write_vectors(conn, base_id, model, written)
+                storage.write_vectors(conn, base_id, model, written, cut=cut, max_chars=max_chars)
         result.chunks += len(written)
         result.reused += len(written) - sum(1 for t in fresh if not isinstance(known[t], str))
         if on_written:
@@ -216,7 +250,8 @@ def embed_missing(pool: db.Pool, base: storage.BaseRow, embedder: Embedder, *, b
     """
     model = base.base_spec.fingerprint
     with pool.connection() as conn:
-        todo = storage.count_chunks_without_vector(conn, base.base_id, model)
+        todo = (storage.count_chunks_without_vector(conn, base.base_id, model)
+                - storage.count_refused(conn, base.base_id, model, max_chars))  # those are not sent again
     if on_progress and todo:
         on_progress(0, todo)
     return embed_batches(pool, base.base_id, model, embedder, batch=batch, max_chars=max_chars,

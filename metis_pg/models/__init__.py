@@ -11,8 +11,9 @@ Every failure of a model leaves as :class:`~metis_pg.errors.EmbeddingModelUnavai
 one place, ``models/_http.py``.
 """
 
-from .embed import Embedder, LocalE5Embedder, RemoteEmbedder, make_embedder
-from .rerank import RemoteReranker, Reranker, make_reranker
+import importlib as _importlib
+from typing import Any as _Any
+
 
 __all__ = [
     "Embedder",
@@ -23,3 +24,18 @@ __all__ = [
     "RemoteReranker",
     "make_reranker",
 ]
+
+#: Where each name lives: imported when first asked for, so that a search with the bundled model imports
+#: neither httpx nor the reranker (`metis search`'s start-up, issue 25).
+_HOME = {"Embedder": ".embed", "LocalE5Embedder": ".embed", "RemoteEmbedder": ".embed", "make_embedder": ".embed",
+         "Reranker": ".rerank", "RemoteReranker": ".rerank", "make_reranker": ".rerank"}
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _HOME:
+        return getattr(_importlib.import_module(_HOME[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

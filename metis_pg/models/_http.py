@@ -25,13 +25,14 @@ import re
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterator
 
 import httpx
 
 from ..config import Settings
 from ..errors import ConfigError, ModelUnavailable
 from ._breaker import CircuitBreaker
+from ._protocol import fail
 
 __all__ = [
     "HttpModelClient",
@@ -48,11 +49,6 @@ __all__ = [
 
 #: A model answer larger than this is refused (256 inputs x 4096 floats as JSON is ~20 MB).
 MAX_RESPONSE_BYTES = 200_000_000
-
-
-def fail(error: type[ModelUnavailable], label: str, what: str) -> NoReturn:
-    """Raise ``error(f"{label}: {what}")``: the one message format of this package."""
-    raise error(f"{label}: {what}")
 
 
 def endpoint_url(base_url: str, path: str) -> str:
@@ -226,14 +222,14 @@ class HttpModelClient:
 
     Args:
         transport: an httpx transport (tests use ``httpx.MockTransport``).
-        settings: process settings; None reads them from the environment.
+        settings: process settings (the breaker's thresholds).
     """
 
     error: type[ModelUnavailable] = ModelUnavailable
     label: str
 
-    def __init__(self, transport: httpx.BaseTransport | None = None, *, settings: Settings | None = None) -> None:
-        self.settings = settings if settings is not None else Settings.from_env()
+    def __init__(self, transport: httpx.BaseTransport | None = None, *, settings: Settings) -> None:
+        self.settings = settings
         self._transport = transport
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()

@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import NoReturn, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
-from ._http import fail
+from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable, ModelUnavailable
 
-__all__ = ["Embedder", "PASSAGES_DONE", "as_text_list", "normalised_rows"]
+__all__ = ["Embedder", "PASSAGES_DONE", "as_text_list", "normalised_rows", "fail"]
 
 
 #: Set around an ``embed_passages`` call by the indexer (:func:`metis_pg.indexing.vectors.embed_batches`):
@@ -41,6 +40,12 @@ class Embedder(Protocol):
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Return ``(n, dim)`` float32 L2-normalised vectors of chunks (passage prefix applied)."""
         ...
+
+
+def fail(error: type[ModelUnavailable], label: str, what: str) -> NoReturn:
+    """Raise ``error(f"{label}: {what}")``: the one message format of this package (here, not in the HTTP
+    module: the in-process engines need no httpx)."""
+    raise error(f"{label}: {what}")
 
 
 def as_text_list(texts: Sequence[str]) -> list[str]:

@@ -112,7 +112,7 @@ class RemoteEmbedder(HttpModelClient):
             (smaller answers; OpenAI, vLLM, Infinity, ``metis eos serve``).
             Only for the ``"openai"`` protocol.
         transport: an httpx transport (tests use ``httpx.MockTransport``).
-        settings: process settings (breaker, retries); None reads the environment.
+        settings: process settings (breaker, retries).
 
     Raises (from the embed methods):
         EmbeddingModelUnavailable: no answer within ``model_timeout_s``,
@@ -130,7 +130,7 @@ class RemoteEmbedder(HttpModelClient):
         *,
         encoding_format: str = "float",
         transport: httpx.BaseTransport | None = None,
-        settings: Settings | None = None,
+        settings: Settings,
     ) -> None:
         if not spec.embedding_url:
             raise ConfigError("a remote embedder needs embedding_url")

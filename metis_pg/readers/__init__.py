@@ -55,8 +55,8 @@ KINDS = {
 #: outline). A document read by an older version is read again by the next ``metis index`` even
 #: though its file is unchanged (:func:`versioned_hash`); vectors of unchanged chunk texts are kept.
 #: 3 (html, pdf), 2 (md, txt, docx): the document's metadata (tags, author, date, ...) and the
-#: file's modification time are stored with it.
-READER_VERSIONS = {"md": 2, "txt": 2, "html": 3, "pdf": 3, "docx": 2}
+#: file's modification time are stored with it. 4 (pdf): each page's printed label (issue 25).
+READER_VERSIONS = {"md": 2, "txt": 2, "html": 3, "pdf": 4, "docx": 2}
 #: Kind → the module reading it, imported on first use (pypdf, python-docx and bs4 take a
 #: second to import: a search needs none of them).
 _READERS = {"md": "markdown", "txt": "text", "html": "html", "pdf": "pdf", "docx": "docx"}
@@ -147,7 +147,7 @@ def clean_document(doc: Document, *, max_title_chars: int | None = None) -> Docu
 
     sections = tuple(
         Section(tuple(label(h) for h in s.headings), clean_text(s.text), s.page, s.line, s.char_start,
-                s.line_map)
+                s.line_map, s.page_label)
         for s in doc.sections
     )
     return Document(

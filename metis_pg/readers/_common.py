@@ -28,7 +28,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from charset_normalizer import from_bytes
 
 from ..errors import UnreadableDocument
 from .document import Section
@@ -206,6 +205,8 @@ def _decode(data: bytes, path: str, declared: str | None) -> str:
             return data.decode(declared)
         except (LookupError, UnicodeDecodeError):
             pass
+    from charset_normalizer import from_bytes  # here: a search reads no file (metis search's start-up)
+
     matches = from_bytes(data)
     best = matches.best()
     if best is None:

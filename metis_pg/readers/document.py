@@ -41,6 +41,8 @@ class Section:
             ``o`` is the line of the last pair at or before ``o`` (``(0, line)``
             when none) + the newlines of ``text`` between. Empty: ``line`` and
             newlines alone give every line (md, txt).
+        page_label: the page's printed label when the PDF has page labels (``/PageLabels``: page 19
+            may print "16", or "xii"), else None.
     """
 
     headings: tuple[str, ...]
@@ -49,6 +51,7 @@ class Section:
     line: int | None
     char_start: int
     line_map: tuple[int, ...] = ()
+    page_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

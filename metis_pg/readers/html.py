@@ -11,6 +11,9 @@ Rules:
   the chunker packs consecutive blocks of one section together. Whitespace is
   collapsed, except in ``<pre>``; table cells are joined by ``" | "``.
 - Title: ``<title>``, else the first ``<h1>``, else the file name.
+- Navigation, sidebars, page headers and footers and permalink anchors stay out, and only
+  the page's ``<main>`` is read when it has text (:mod:`.html_tree`); a page over
+  :data:`MAX_TREE_CHARS` is read as a stream without that (:mod:`.html_stream`).
 
 Parsing uses BeautifulSoup with Python's ``html.parser``: bs4's lxml tree
 builder records no source lines (``Tag.sourceline`` is None). Decoding: a BOM,
@@ -35,7 +38,6 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from html.parser import HTMLParser
 
 from bs4 import BeautifulSoup, CData, NavigableString, Tag
 from bs4.dammit import EncodingDetector
@@ -44,20 +46,15 @@ from ..errors import UnreadableDocument
 from ._common import HeadingPath, TextBuilder, check_time_budget, collapse, decode_text, file_title, unreadable
 from .metadata import Metadata, from_mapping
 from .document import Document
+from .html_stream import read_stream
+from .html_tags import BLOCKS, CELLS, DROPPED, HEADINGS, INLINE
+from .html_tree import BOILERPLATE_CANDIDATES, drop_permalinks, heading_scope, inside, is_boilerplate, main_content
 
 __all__ = ["read"]
 
-_DROPPED = {"script", "style", "noscript", "template", "head", "title"}
-_HEADINGS = {f"h{n}": n for n in range(1, 7)}
-_BLOCKS = {
-    "address", "article", "aside", "blockquote", "body", "caption", "center", "dd", "details",
-    "dialog", "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "header",
-    "hgroup", "hr", "html", "legend", "li", "main", "menu", "nav", "ol", "p", "section",
-    "summary", "table", "tbody", "tfoot", "thead", "tr", "ul",
-}  # fmt: skip
-_CELLS = {"td", "th"}
-
-
+#: Characters of HTML above which a page is read as a stream (:func:`.html_stream.read_stream`), not as a
+#: tree: BeautifulSoup's tree takes ~175 bytes of memory per character (8 MB of HTML: 1.4 GB).
+MAX_TREE_CHARS = 2_000_000
 _WORD = re.compile(r"\S+")
 
 
@@ -96,124 +93,6 @@ def _collapse_lines(raw: str, line: int | None, anchors: Sequence[tuple[int, int
         words.append(m.group())
         size += m.end() - m.start()
     return " ".join(words), tuple(line_map), first
-
-
-#: Inline tags: no heading scope ends with one (the walker marks only the end of the others).
-_INLINE = {
-    "a", "abbr", "acronym", "b", "bdi", "bdo", "big", "cite", "code", "data", "del", "dfn", "em", "font", "i",
-    "img", "ins", "kbd", "label", "mark", "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup",
-    "time", "tt", "u", "var", "wbr", "br",
-}  # fmt: skip
-#: Boilerplate by tag name: navigation and sidebars always; page headers and footers outside an article.
-_NAV_TAGS = {"nav", "aside"}
-_PAGE_TAGS = {"header", "footer"}
-_NAV_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar", "toolbar"}
-#: Pieces of a class or id (split at ``-``, ``_``, space) that name navigation or page furniture.
-_NAV_PIECES = {
-    "nav", "navbar", "navheader", "navfooter", "navigation", "navlinks", "breadcrumb", "breadcrumbs", "sidebar",
-    "sphinxsidebar", "sidenav", "menu", "menubar", "related", "pagination", "pager", "skiplink", "skip",
-    "cookie", "cookies", "banner", "masthead",
-    "toc", "toctree",  # a page's table of contents (DocBook div.toc, Sphinx toctree-wrapper): links, not text
-}  # fmt: skip
-#: Pieces naming a page header or footer: dropped unless the element holds a heading (a ``page-header`` <h1>).
-_FURNITURE_PIECES = {"header", "footer", "topbar", "bottombar"}
-_PIECE = re.compile(r"[-_\s]+")
-
-
-#: Ancestors looked at above an element (a page nested deeper is tag soup: linear time first).
-MAX_ANCESTORS = 256
-
-
-def _ancestors(node: Tag) -> Iterator[Tag]:
-    """The element's parents, innermost first, at most MAX_ANCESTORS of them."""
-    for n, parent in enumerate(node.parents):
-        if n >= MAX_ANCESTORS:
-            return
-        yield parent
-
-
-def _pieces(node: Tag) -> set[str]:
-    names = node.get("class") or []
-    if isinstance(names, str):
-        names = [names]
-    ident = node.get("id")
-    text = " ".join([*names, ident if isinstance(ident, str) else ""]).lower()
-    return set(_PIECE.split(text)) if text.strip() else set()
-
-
-def _is_boilerplate(node: Tag) -> bool:
-    """True for navigation, sidebars, page headers and footers (module docstring: what stays out)."""
-    name = node.name
-    if name in _NAV_TAGS:
-        return True
-    if name in _PAGE_TAGS:
-        return not any(p.name in ("article", "main") for p in _ancestors(node))
-    if not node.attrs:
-        return False
-    role = node.get("role")
-    if isinstance(role, str) and role.strip().lower() in _NAV_ROLES:
-        return True
-    if name in ("html", "body", "main", "article"):
-        return False
-    pieces = _pieces(node)
-    if not pieces:
-        return False
-    if pieces & _NAV_PIECES:
-        return True
-    return bool(pieces & _FURNITURE_PIECES) and not _find_below(node, heading=True)
-
-
-#: Nodes looked at below an element to find text or a heading in it (past that: assumed found).
-MAX_LOOKAHEAD_NODES = 300
-
-
-def _find_below(node: object, heading: bool) -> bool:
-    """True when ``node`` holds non-blank text (``heading``: a heading element), looking at no more
-    than MAX_LOOKAHEAD_NODES nodes (bs4's own searches first walk the whole subtree)."""
-    stack = [node]
-    for _ in range(MAX_LOOKAHEAD_NODES):
-        if not stack:
-            return False
-        n = stack.pop()
-        if isinstance(n, Tag):
-            if n.name in _DROPPED:
-                continue
-            if heading and n.name in _HEADINGS:
-                return True
-            stack.extend(reversed(n.contents))
-        elif not heading and type(n) in (NavigableString, CData) and not n.isspace() and n:
-            return True
-    return bool(stack)
-
-
-def _has_text(node: object) -> bool:
-    return _find_below(node, heading=False)
-
-
-def _scope(heading: Tag) -> Tag | None:
-    """Return the element a heading labels the rest of: its nearest ancestor holding text after it
-    (a ``<div class="note"><h3>Note</h3><p>…`` box, a ``<section>``, else the body), not inline."""
-    node = heading
-    for parent in _ancestors(heading):
-        if parent.name not in _INLINE and any(_has_text(sibling) for sibling in node.next_siblings):
-            return parent
-        node = parent
-    return None
-
-
-def _inside(node: Tag | None, container: object) -> bool:
-    """True when ``node`` is a strict descendant of ``container`` (an element)."""
-    if node is None or not isinstance(container, Tag) or node is container:
-        return False
-    return any(parent is container for parent in _ancestors(node))
-
-
-def _main_content(soup: BeautifulSoup) -> Tag:
-    """Return the page's ``<main>`` (or ``role="main"``) element when it has text, else the whole page."""
-    main = soup.find("main") or soup.find(attrs={"role": "main"})
-    if isinstance(main, Tag) and _has_text(main):
-        return main
-    return soup
 
 
 class _Walker:
@@ -311,24 +190,24 @@ class _Walker:
                 self.text(node)
 
     def leave(self, node: Tag) -> None:
-        if node.name in _BLOCKS or (self._scopes and self._scopes[-1][0] is node):
+        if node.name in BLOCKS or (self._scopes and self._scopes[-1][0] is node):
             self.flush()
         while self._scopes and self._scopes[-1][0] is node:
             self.path.restore(self._scopes.pop()[1])
 
     def tag(self, node: Tag, stack: list[tuple[object, bool]]) -> None:
         name = node.name
-        if name in _DROPPED or ((name in _BOILERPLATE_CANDIDATES or node.attrs) and _is_boilerplate(node)):
+        if name in DROPPED or ((name in BOILERPLATE_CANDIDATES or node.attrs) and is_boilerplate(node)):
             return
-        if name in _HEADINGS:
+        if name in HEADINGS:
             self.flush()
             heading = collapse(node.get_text())
-            scope = _scope(node)
+            scope = heading_scope(node)
             if scope is not None and not (self._scopes and self._scopes[-1][0] is scope):
                 self._scopes.append((scope, self.path.snapshot()))
-            level = _HEADINGS[name]
+            level = HEADINGS[name]
             deepest = self.path.deepest
-            if deepest is not None and deepest[0] >= level and deepest[0] % 1 == 0 and _inside(scope, deepest[1]):
+            if deepest is not None and deepest[0] >= level and deepest[0] % 1 == 0 and inside(scope, deepest[1]):
                 # A box inside the current section (a note): nested under it, not its sibling. Once
                 # only (a box in a box is the box's sibling), so the path stays as short as the levels.
                 level = deepest[0] + 0.5
@@ -344,21 +223,20 @@ class _Walker:
             line = node.sourceline + lead.count("\n") if node.sourceline is not None else None
             self.out.body(raw, self.path.path, line=line)
             return
-        if name in _CELLS and self._buffer_has_text:
+        if name in CELLS and self._buffer_has_text:
             self._add(" | ")
         if name == "br":
             self._add(" ")
-        if name in _BLOCKS:
+        if name in BLOCKS:
             self.flush()
         line = self._content_line(node)
         if line is not None:
             self._anchors.append((self._buffer_len, line))
-        if name not in _INLINE:
+        if name not in INLINE:
             stack.append((node, True))
         stack.extend((child, False) for child in reversed(node.contents))
 
 
-_BOILERPLATE_CANDIDATES = _NAV_TAGS | _PAGE_TAGS
 
 
 _gc_lock = threading.Lock()
@@ -405,140 +283,8 @@ def _defuse(text: str) -> str:
     return text
 
 
-#: Permalink anchors generators put after each heading (Sphinx ``<a class="headerlink">¶</a>``,
-#: MkDocs, Docusaurus ``hash-link``): a sign, not a word of the heading or of the text.
-_PERMALINK_CLASSES = {"headerlink", "permalink", "anchorlink", "anchor-link", "hash-link", "header-anchor"}
-_PERMALINK_SIGNS = {"¶", "#", "§", "🔗", ""}
-
-
-def _drop_permalinks(soup: BeautifulSoup) -> None:
-    """Remove permalink anchors (one linear pass over the ``<a>`` elements)."""
-    for a in soup.find_all("a"):
-        classes = a.get("class") or []
-        if isinstance(classes, str):
-            classes = classes.split()
-        if _PERMALINK_CLASSES.intersection(classes) and a.get_text().strip() in _PERMALINK_SIGNS:
-            a.decompose()
-
-
-#: Characters of HTML above which a page is read as a stream (:class:`_Stream`), not as a tree:
-#: BeautifulSoup's tree takes ~175 bytes of memory per character (8 MB of HTML: 1.4 GB).
-MAX_TREE_CHARS = 2_000_000
-
-
-class _Stream(HTMLParser):
-    """A page too large for a tree, read in one pass with memory bounded by its largest block.
-
-    Kept: the dropped elements (``<script>``, ``<head>``, ...) stay out, ``<h1>`` …
-    ``<h6>`` set the heading path (no heading scopes: a heading holds until the next
-    one of its level or higher), each block element gives a Section with its source
-    line, table cells are joined by ``" | "``, ``<pre>`` keeps its whitespace.
-    Not done (it needs the tree): boilerplate removal and ``<main>`` detection.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.out = TextBuilder()
-        self.path = HeadingPath()
-        self.first_h1: str | None = None
-        self.title: list[str] = []
-        self._dropped: list[str] = []  # open dropped elements, innermost last
-        self._heading: tuple[int, list[str]] | None = None
-        self._pre: list[str] | None = None
-        self._pre_line: int | None = None
-        self._buffer: list[str] = []
-        self._line: int | None = None
-        self._has_text = False
-        self._events = 0
-
-    def _tick(self) -> None:
-        self._events += 1
-        if not self._events & 4095:
-            check_time_budget()
-
-    def flush(self) -> None:
-        if self._buffer:
-            self.out.body(collapse("".join(self._buffer)), self.path.path, line=self._line)
-        self._buffer, self._line, self._has_text = [], None, False
-
-    def handle_starttag(self, tag: str, attrs) -> None:
-        self._tick()
-        if tag == "body":
-            self._dropped.clear()  # a <head> never closed ends here
-        if tag in _DROPPED:
-            self._dropped.append(tag)
-            return
-        if self._dropped:
-            return
-        if tag in _HEADINGS:
-            self.flush()
-            self._heading = (_HEADINGS[tag], [])
-        elif tag == "pre" and self._pre is None:
-            self.flush()
-            self._pre, self._pre_line = [], self.getpos()[0]
-        elif tag in _CELLS and self._has_text:
-            self._buffer.append(" | ")
-        elif tag == "br":
-            self._buffer.append(" ")
-        elif tag in _BLOCKS:
-            self.flush()
-
-    def handle_endtag(self, tag: str) -> None:
-        self._tick()
-        if tag in self._dropped:
-            while self._dropped and self._dropped.pop() != tag:
-                pass
-            return
-        if self._dropped:
-            return
-        if tag in _HEADINGS and self._heading is not None:
-            level, parts = self._heading
-            self._heading = None
-            heading = collapse("".join(parts))
-            self.path.push(level, heading)
-            self.out.heading(heading)
-            if level == 1 and self.first_h1 is None and heading:
-                self.first_h1 = heading
-        elif tag == "pre" and self._pre is not None:
-            raw, self._pre = "".join(self._pre), None
-            lead = raw[: len(raw) - len(raw.lstrip())]
-            self.out.body(raw, self.path.path, line=self._pre_line + lead.count("\n"))
-        elif tag in _BLOCKS:
-            self.flush()
-
-    def handle_data(self, data: str) -> None:
-        if self._dropped:
-            if self._dropped[-1] == "title":
-                self.title.append(data)
-            return
-        if self._heading is not None:
-            self._heading[1].append(data)
-        elif self._pre is not None:
-            self._pre.append(data)
-        else:
-            if self._line is None and data.strip():  # getpos(): where this data starts
-                self._line = self.getpos()[0] + data[: len(data) - len(data.lstrip())].count("\n")
-            if not self._has_text and not data.isspace():
-                self._has_text = True
-            self._buffer.append(data)
-
-
-def _read_stream(path: str, text: str) -> Document:
-    """Read a page over :data:`MAX_TREE_CHARS` with :class:`_Stream`, fed 64 KB at a time."""
-    stream = _Stream()
-    for start in range(0, len(text), 65536):
-        stream.feed(text[start:start + 65536])
-        check_time_budget()
-    stream.close()
-    stream.flush()
-    title = collapse("".join(stream.title)) or stream.first_h1 or file_title(path)
-    warning = (f"a page of {len(text):,} characters of HTML, over {MAX_TREE_CHARS:,}: read as a stream, so "
-               "its navigation, headers and footers are kept with its text")
-    return Document(path, title, "html", tuple(stream.out.sections), stream.out.text, (warning,))
-
-
 def read(path: str, data: bytes) -> Document:
-    """Return the Document of an HTML file's bytes (a page over :data:`MAX_TREE_CHARS`: :func:`_read_stream`).
+    """Return the Document of an HTML file's bytes (a page over :data:`MAX_TREE_CHARS`: :func:`read_stream`).
 
     Raises:
         UnreadableDocument: binary, undecodable or unparseable content.
@@ -547,7 +293,7 @@ def read(path: str, data: bytes) -> Document:
     text = decode_text(data, path, declared=declared)
     if len(text) > MAX_TREE_CHARS:
         try:
-            return _read_stream(path, _defuse(text))
+            return read_stream(path, _defuse(text), MAX_TREE_CHARS)
         except UnreadableDocument:
             raise
         except Exception as exc:
@@ -556,9 +302,9 @@ def read(path: str, data: bytes) -> Document:
         with _gc_paused():
             source = _defuse(text)
             soup = BeautifulSoup(source, "html.parser")
-            _drop_permalinks(soup)
+            drop_permalinks(soup)
             walker = _Walker(source)
-            walker.walk(_main_content(soup))
+            walker.walk(main_content(soup))
             walker.flush()
             title_tag = soup.find("title")
             title = collapse(title_tag.get_text()) if title_tag else ""

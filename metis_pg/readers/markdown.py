@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 
-import yaml
 
 from ._common import HeadingPath, LineCounter, check_time_budget, collapse, decode_text, file_title, source_section
 from .document import Document
@@ -183,6 +182,8 @@ def _front_matter(block: str) -> tuple[Metadata, str | None]:
     """Return the metadata of a front matter's YAML, and a warning (None when it is valid)."""
     if not block.strip():
         return Metadata(), None
+    import yaml  # here: a search reads no front matter (metis search's start-up)
+
     try:
         data = yaml.safe_load(block)  # safe: no Python objects, no tags that run code
     except yaml.YAMLError as exc:

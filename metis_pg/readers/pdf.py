@@ -17,6 +17,9 @@ Rules:
   there on most pages, at least 3 (case and spacing aside; a line of 40 characters at most
   with its digits aside), is not text (``Shared MIME-info Database``, ``Page 3 of 40``): it
   would leak into every snippet.
+- Page labels: when the PDF has them (``/PageLabels``: front matter in roman numerals, a body
+  numbered from 1 after it), each section carries its page's printed label (``Section.page_label``;
+  a citation says ``p.19 (printed 16)``); without them, None.
 - Headings come from the outline (bookmarks), nesting as their level: an entry
   opens its section on its page where its title is found in the page's text
   (case and spacing aside; a short number before it, such as ``2.1``, and a
@@ -32,6 +35,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import re
@@ -265,7 +269,23 @@ def read(path: str, data: bytes) -> Document:
     except Exception:  # a broken /Info dictionary costs only the title
         meta_title = ""
     title = meta_title or first_line_title(out.text) or file_title(path)
-    return Document(path, title, "pdf", tuple(out.sections), out.text, tuple(warnings), _metadata(reader))
+    sections = tuple(out.sections)
+    labels = _page_labels(reader, len(pages))
+    if labels is not None:
+        sections = tuple(dataclasses.replace(s, page_label=labels[s.page - 1]) if s.page else s for s in sections)
+    return Document(path, title, "pdf", sections, out.text, tuple(warnings), _metadata(reader))
+
+
+def _page_labels(reader: PdfReader, count: int) -> list[str] | None:
+    """Return the printed label of each page (pypdf's reading of the catalog's ``/PageLabels``), or None
+    when the PDF has none, or they cannot be read (a broken number tree costs only the labels)."""
+    try:
+        if "/PageLabels" not in reader.trailer["/Root"]:
+            return None
+        labels = list(reader.page_labels)
+    except Exception:  # pypdf's errors on a malformed tree have no common base worth naming
+        return None
+    return [collapse(label)[:40] or None for label in labels] if len(labels) == count else None
 
 
 def _metadata(reader: PdfReader) -> Metadata:

@@ -43,6 +43,8 @@ from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
+from ..analyst import AnalystWatchdog
+from ..access import parse_token_groups
 from ..api import Metis, connect
 from ..config import Settings
 from ..errors import (
@@ -54,7 +56,7 @@ from ..errors import (
 )
 from .console import mount_console
 from .errors import error_response, validation_message
-from .gate import Gate
+from .gate import PRINCIPALS, Gate
 from .hosts import parse_allowed_hosts
 from .jobs import Jobs
 from .model_urls import check_key_env, check_model_url, parse_allow_hosts, parse_key_envs
@@ -70,7 +72,7 @@ from .schemas import (
     SearchIn,
     SearchOut,
 )
-from .settings import Limits, parse_source_roots, parse_tokens
+from .settings import MIN_TOKEN_CHARS, Limits, parse_source_roots, parse_tokens
 from . import swagger
 from .sources import resolve_source_path
 
@@ -130,7 +132,10 @@ def create_app(
         ConfigError: a token too short, a source root that is not a folder, a limit not positive.
     """
     settings = settings or Settings.from_env()
-    token_list = parse_tokens(settings.api_tokens if tokens is None else tokens)
+    # Entries TOKEN or TOKEN=group+group (issue 21): the gate knows the tokens, the routes their groups.
+    token_groups = parse_token_groups(parse_tokens(settings.api_tokens if tokens is None else tokens),
+                                     min_chars=MIN_TOKEN_CHARS)
+    token_list = tuple(token_groups)
     roots = parse_source_roots(settings.source_roots if source_roots is None else source_roots)
     limits = Limits.resolve(
         settings, max_body_bytes=max_body_bytes, max_inflight_searches=max_inflight_searches,
@@ -148,10 +153,17 @@ def create_app(
     db = metis if metis is not None else connect()
     jobs = Jobs(db, roots)
 
+    # Statements of the analysts that run past their limit, even with statement_timeout lifted.
+    watchdog = AnalystWatchdog(db.pool, settings.analyst_watchdog_interval_s)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
-            yield
+        watchdog.start()
+        try:
+            async with app.state.mcp.session_manager.run():  # the MCP endpoint /mcp (metis_pg.mcp_server)
+                yield
+        finally:
+            watchdog.stop()
         jobs.close()
         if owned:
             db.close()
@@ -161,12 +173,17 @@ def create_app(
         docs_url=None, redoc_url=None, openapi_url="/openapi.json",
     )
     swagger.install(app, title="metis_pg")  # /docs with its assets served from a package, not a CDN
-    app.state.mcp = add_http_routes(app, db, loopback_only=not token_list)  # MCP at /mcp, behind the gate
+    app.state.mcp = add_http_routes(app, db, loopback_only=not token_list,  # MCP at /mcp, behind the gate
+                                    principals_of=lambda request: principals_of(request, bool(token_list)))
     app.state.metis = db
     app.state.jobs = jobs
+    app.state.analyst_watchdog = watchdog
     app.state.limits = limits
     app.state.source_roots = roots
-    app.add_middleware(Gate, tokens=token_list, limits=limits, allowed_hosts=hosts)
+    app.add_middleware(Gate, tokens=token_list, limits=limits, allowed_hosts=hosts, token_groups=token_groups)
+
+    def caller(request: Request) -> tuple[str, ...] | None:
+        return principals_of(request, bool(token_list))
 
     @app.exception_handler(MetisError)
     async def _metis_error(request: Request, exc: MetisError) -> JSONResponse:
@@ -250,6 +267,8 @@ def create_app(
             "documents": info.documents,
             "chunks": info.chunks,
             "chunks_without_vector": info.chunks_without_vector,
+            "without_vector_by_reason": info.without_vector_by_reason,
+            "chunks_cut": info.chunks_cut,
             "vectors_reused": info.vectors_reused,
             "last_indexed_at": info.last_indexed_at,
             "job": job.to_dict() if job else None,
@@ -264,7 +283,8 @@ def create_app(
             db.base(name)
         except BaseNotFound:
             db.create_base(name)  # as Metis.index does; a bad name is refused here, not in the job
-        job = jobs.submit(name, body.paths, body.source)
+        job = jobs.submit(name, body.paths, body.source, readers=body.readers,
+                          front_matter_readers=body.front_matter_readers)
         return JSONResponse(job.to_dict(), status_code=202, headers={"Location": f"/jobs/{job.id}"})
 
     @api.get("/jobs/{job_id}", summary="An indexing job: state, progress, report", responses={404: {"model": ErrorOut}})
@@ -273,12 +293,13 @@ def create_app(
 
     @api.post("/search", summary="Search one or several bases (the SPEC F13 answer)",
               responses={200: {"model": SearchOut}, 404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
-    def search(body: SearchIn) -> JSONResponse:
+    def search(body: SearchIn, request: Request) -> JSONResponse:
         started = time.perf_counter()
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         answer = db.search(body.bases, body.question, mode=body.mode, top_k=body.top_k, rerank=body.rerank,
-                           filters=filters, fusion=fusion, consistent=body.consistent, per_document=body.per_document)
+                           filters=filters, fusion=fusion, consistent=body.consistent, per_document=body.per_document,
+                           principals=caller(request))
         # Never the question: bases, mode, top_k, counts and time only.
         log.info("search bases=%s mode=%s top_k=%d results=%d %.1f ms", ",".join(answer.bases), body.mode,
                  body.top_k, len(answer.results), (time.perf_counter() - started) * 1000)
@@ -286,11 +307,11 @@ def create_app(
 
     @api.post("/compare", summary="One question asked hybrid, dense and keyword, side by side (SPEC F15)",
               responses={404: {"model": ErrorOut}})
-    def compare(body: CompareIn) -> JSONResponse:
+    def compare(body: CompareIn, request: Request) -> JSONResponse:
         filters = body.filters.model_dump(exclude_none=True) if body.filters else None
         fusion = body.fusion.model_dump(exclude_none=True) if body.fusion else None
         result = db.compare(body.bases, body.question, top_k=body.top_k, rerank=body.rerank, filters=filters,
-                            fusion=fusion)
+                            fusion=fusion, principals=caller(request))
         return JSONResponse(result.to_dict())
 
     @api.post("/bases/{name}/notes", status_code=201, summary="Add a note (a document of the source metis-<name>)",
@@ -300,8 +321,8 @@ def create_app(
         return JSONResponse({"note_id": note_id, "base": name, "source": f"metis-{name}"}, status_code=201)
 
     @api.get("/bases/{name}/notes", summary="The notes of a base, oldest first", responses={404: {"model": ErrorOut}})
-    def list_notes(name: NameParam) -> dict[str, Any]:
-        return {"notes": [n.to_dict() for n in db.notes(name)]}
+    def list_notes(name: NameParam, request: Request) -> dict[str, Any]:
+        return {"notes": [n.to_dict() for n in db.notes(name, principals=caller(request))]}
 
     @api.delete("/bases/{name}/notes/{note_id}", summary="Delete a note", responses={404: {"model": ErrorOut}})
     def delete_note(name: NameParam, note_id: int) -> dict[str, Any]:
@@ -316,12 +337,27 @@ def create_app(
 
     @api.get("/bases/{name}/facts", summary="The facts of a memory base, in the order observed",
              responses={404: {"model": ErrorOut}})
-    def list_facts(name: NameParam, holding_only: bool = False) -> dict[str, Any]:
-        return {"facts": [f.to_dict() for f in db.facts(name, holding_only=holding_only)]}
+    def list_facts(name: NameParam, request: Request, holding_only: bool = False) -> dict[str, Any]:
+        return {"facts": [f.to_dict() for f in db.facts(name, holding_only=holding_only,
+                                                        principals=caller(request))]}
 
     app.include_router(api)
     mount_console(app)  # the console's pages at / and /console/ (issue 11)
     return app
+
+
+def principals_of(request: Request, tokens_on: bool) -> tuple[str, ...] | None:
+    """The principals a request reads on behalf of (issue 21): its token's groups, which only the gate
+    sets (``METIS_API_TOKENS`` entries ``TOKEN=group+group``; a token without groups: ``()``, documents
+    without readers only); None (every document) when the service has no token (loopback only).
+    Never from the request's body or headers.
+
+    Raises:
+        AttributeError: tokens are on and the gate set nothing (a bug): the request fails, never reads all.
+    """
+    if not tokens_on:
+        return None
+    return tuple(getattr(request.state, PRINCIPALS))
 
 
 # -- running it --------------------------------------------------------------

@@ -33,7 +33,7 @@ import asyncio
 import hmac
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -65,6 +65,9 @@ OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redi
 OPEN_PREFIXES = ("/console/",)
 #: Paths (POST) whose requests count against ``max_inflight_searches``.
 BOUNDED_PATHS = frozenset({"/search", "/compare"})
+#: Key of ``scope["state"]`` (``request.state.metis_principals``) holding the groups of the request's
+#: token (issue 21; :func:`metis_pg.service.app.principals_of`). Set by the gate alone, when tokens are on.
+PRINCIPALS = "metis_principals"
 #: Scope key of the :class:`threading.Event` set once a request's client has gone (with ``Doors.watch_client``).
 CLIENT_GONE = "metis_eos.client_gone"
 
@@ -102,9 +105,13 @@ class Gate:
     """
 
     def __init__(self, app: ASGIApp, *, tokens: Sequence[str], limits: Limits, doors: Doors = SERVICE_DOORS,
-                 allowed_hosts: frozenset[str] = frozenset()) -> None:
+                 allowed_hosts: frozenset[str] = frozenset(),
+                 token_groups: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.app = app
         self.tokens = tuple(t.encode("utf-8") for t in tokens)
+        # The groups of each token, in the order of `tokens` (issue 21): the principals a request
+        # made with it reads on behalf of, set in scope["state"][PRINCIPALS] by the gate only.
+        self.groups = tuple((token_groups or {}).get(t, ()) for t in tokens)
         self.limits = limits
         self.doors = doors
         self.allowed_hosts = allowed_hosts
@@ -125,11 +132,15 @@ class Gate:
                 await error_response(refused)(scope, receive, send)
                 return
         is_open = path in self.doors.open_paths or path.startswith(self.doors.open_prefixes)
-        if self.tokens and not is_open and not self._authorized(scope):
+        matched = bearer_token(scope, self.tokens) if self.tokens else None
+        if self.tokens and not is_open and matched is None:
             await error_response(Unauthorized("a valid bearer token is required: Authorization: Bearer <token>"))(
                 scope, receive, send
             )
             return
+        if self.tokens:
+            # Whatever the request says: its principals are its token's groups (none on an open path).
+            scope.setdefault("state", {})[PRINCIPALS] = self.groups[matched] if matched is not None else ()
         length = header(scope, b"content-length")
         if length is not None:
             if not length.isdigit():
@@ -268,19 +279,24 @@ class Gate:
         return bearer_authorized(scope, self.tokens)
 
 
-def bearer_authorized(scope: Scope, tokens: Sequence[bytes]) -> bool:
-    """Whether the request's ``Authorization: Bearer <token>`` is one of `tokens` (UTF-8 bytes).
+def bearer_token(scope: Scope, tokens: Sequence[bytes]) -> int | None:
+    """The index in `tokens` (UTF-8 bytes) of the request's ``Authorization: Bearer <token>``, or None.
 
-    Compared with every token (constant time each), so timing says nothing of which matched;
-    the service's gate and the Eos server's both ask this.
+    Compared with every token (constant time each), so timing says nothing of which matched.
     """
     value = header(scope, b"authorization") or ""
     scheme, _, token = value.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        return False
+        return None
     given = token.strip().encode("utf-8", "surrogateescape")
     matches = [hmac.compare_digest(given, t) for t in tokens]
-    return any(matches)
+    return matches.index(True) if any(matches) else None
+
+
+def bearer_authorized(scope: Scope, tokens: Sequence[bytes]) -> bool:
+    """Whether the request's ``Authorization: Bearer <token>`` is one of `tokens` (UTF-8 bytes);
+    the service's gate and the Eos server's both ask this (:func:`bearer_token`)."""
+    return bearer_token(scope, tokens) is not None
 
 
 def header(scope: Scope, name: bytes) -> str | None:

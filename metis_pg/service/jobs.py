@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api import Metis
+from ..access import check_groups
 from ..errors import MetisError, NotFound
 from .sources import relative_to_roots, resolve_source_path, shown_path
 
@@ -57,6 +58,7 @@ class Job:
     created_at: str = field(default_factory=_now)
     started_at: str | None = None
     finished_at: str | None = None
+    access: dict[str, Any] = field(default_factory=dict)  # readers, front_matter_readers (Metis.index)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,18 +95,23 @@ class Jobs:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
 
-    def submit(self, base: str, paths: Sequence[str], source: str | None) -> Job:
+    def submit(self, base: str, paths: Sequence[str], source: str | None, *, readers: Sequence[str] | None = None,
+               front_matter_readers: bool | None = None) -> Job:
         """Queue a job indexing `paths` (as sent: absolute or relative to a root) into `base`; return it.
+        `readers` and `front_matter_readers`: as :meth:`metis_pg.Metis.index` takes them.
 
         Raises:
             InvalidInput: a path outside the source roots, or missing (checked now, and again when it starts).
         """
         resolved = [resolve_source_path(p, self.roots) for p in paths]
+        if readers is not None:
+            readers = list(check_groups(readers, what="reader"))  # 400 now, not a failed job
         job = Job(id=uuid.uuid4().hex, base=base, paths=[shown_path(p, self.roots) for p in resolved], source=source)
         with self._lock:
             self._jobs[job.id] = job
             while len(self._jobs) > KEEP_JOBS:
                 self._jobs.popitem(last=False)
+        job.access = {"readers": readers, "front_matter_readers": front_matter_readers}
         self._executor.submit(self._run, job, list(paths))
         return job
 
@@ -117,7 +124,7 @@ class Jobs:
         try:
             # Again now: a folder swapped for a link since the job was sent must not lead out of the roots.
             resolved = [resolve_source_path(p, self.roots) for p in paths]
-            report = self.metis.index(job.base, *resolved, source=job.source, on_progress=progress)
+            report = self.metis.index(job.base, *resolved, source=job.source, on_progress=progress, **job.access)
         except MetisError as exc:
             log.warning("indexing job %s of base %s failed: [%s] %s", job.id, job.base, exc.code, exc.message)
             job.error = relative_to_roots(exc.to_dict()["error"], self.roots)

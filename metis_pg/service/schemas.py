@@ -52,7 +52,7 @@ _Names = Annotated[list[_text(None, 200)], Field(max_length=100)]
 
 class FiltersIn(_Body):
     """Filters applied inside both legs before ranking (SPEC F10, issue 21); all given must hold.
-    See metis_pg.retrieval.Filters."""
+    See metis_pg.filters.Filters."""
 
     path_prefix: _text(None, 1000) | None = None
     exclude_prefixes: Annotated[list[_text(None, 1000)], Field(max_length=100)] | None = Field(
@@ -181,6 +181,11 @@ class IndexIn(_Body):
 
     paths: Annotated[list[_text(1, 4096)], Field(min_length=1, max_length=MAX_PATHS_PER_JOB)]
     source: _text(1, 200) | None = None
+    #: Groups that may read the documents of these sources (``[]``: every caller); None keeps the
+    #: sources' (docs/security.md).
+    readers: Annotated[list[_text(1, 63)], Field(max_length=100)] | None = None
+    #: Whether a document's own ``readers:`` front matter may narrow its source's; None keeps it.
+    front_matter_readers: bool | None = None
 
 
 class NoteIn(_Body):
@@ -218,11 +223,18 @@ class CitationOut(BaseModel):
     page: int | None = Field(None, description="PDF page of the snippet's sentence (absent for other kinds)")
     page_start: int | None = Field(None, description="first PDF page of the passage (with page)")
     page_end: int | None = Field(None, description="last PDF page of the passage (with page)")
+    page_label: str | None = Field(None, description=(
+        "the page's printed label when the PDF has page labels and it differs from the page's number (page 19 "
+        "printed \"16\"); absent otherwise"))
     line: int | None = Field(None, description="line where the snippet's sentence starts (absent for PDF, docx)")
     line_start: int | None = Field(None, description="first line of the passage (with line)")
     line_end: int | None = Field(None, description="last line of the passage (with line)")
     headings: list[str]
     snippet: str
+    marks: list[list[int]] = Field(default_factory=list, description=(
+        "spans of the snippet to mark, [start, end) in characters (Unicode code points): the question's words "
+        "that weigh in the base (idf; a word in more than a tenth of its chunks does not, unless the question's "
+        "rarest)"))
     tags: list[str] = Field(default_factory=list, description="the document's tags, lower case")
     author: str | None = Field(None, description="the document's author")
     date: str | None = Field(None, description="the document's date, else its file's modification time (ISO 8601)")

@@ -37,7 +37,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..api import Metis, connect
 from ..config import Settings
-from ..errors import ConfigError, MetisError, Overloaded, RequestTimeout
+from ..errors import ConfigError, DatabaseUnavailable, MetisError, Overloaded, RequestTimeout
 from .app import create_app
 from .errors import error_headers
 from .logs import RedactCredentials
@@ -181,7 +181,7 @@ def serve(
     logging_config = service_log_config(log_level)
     logging.config.dictConfig(logging_config)
     if metis is None:
-        metis = connect(dsn, upgrade=True)  # metis serve migrates to head (other commands only check)
+        metis = open_for_serving(dsn)
     try:
         app = create_app(metis, tokens=token_list, source_roots=source_roots)
         limits: Limits = app.state.limits
@@ -199,6 +199,32 @@ def serve(
                 watcher[1].join(timeout=30)
     finally:
         metis.close()
+
+
+def open_for_serving(dsn: str | None, settings: Settings | None = None) -> Metis:
+    """Open the database for ``metis serve``: migrated to head (other commands only check the revision).
+
+    With read replicas (``METIS_READ_DATABASE_URLS``) and the primary unreachable, the service
+    still starts: nothing is migrated, the stored revision is read on a replica
+    (:func:`metis_pg.connect`), and the log says so; reads are then answered by the replicas
+    with ``PRIMARY_UNAVAILABLE``, writes with ``DATABASE_UNAVAILABLE`` (docs/scaling.md).
+
+    Raises:
+        DatabaseUnavailable: the primary cannot be reached and no replica answers, or a migration failed.
+        SchemaOutOfDate: the primary is down and the replica's schema is not this code's.
+    """
+    from .. import migrate, replicas
+
+    now = settings or Settings.from_env()
+    try:
+        return connect(dsn, upgrade=True, settings=settings)
+    except DatabaseUnavailable as exc:
+        if not replicas.parse_urls(now.read_database_urls) or not migrate.unreachable(exc):
+            raise
+        log.warning("the primary cannot be reached (%s): not migrated; the read replicas serve searches and"
+                    " reads (PRIMARY_UNAVAILABLE), writes answer DATABASE_UNAVAILABLE until it is back",
+                    exc.message)
+    return connect(dsn, settings=settings)
 
 
 def _start_watcher(metis: Metis):

@@ -74,13 +74,12 @@ class Limits:
     search_queue_s: float = 1.0
 
     @classmethod
-    def resolve(cls, settings: Settings | None = None, **given: float | None) -> "Limits":
-        """Return the limits: each of `given` that is not None, else from `settings` (default: the environment).
+    def resolve(cls, settings: Settings, **given: float | None) -> "Limits":
+        """Return the limits: each of `given` that is not None, else from `settings`.
 
         Raises:
             ConfigError: a limit that is not a positive number.
         """
-        settings = settings or Settings.from_env()
         values = {}
         for f in fields(cls):
             value = given.get(f.name)

@@ -27,6 +27,7 @@ from .bases import (
     list_bases_light,
     mark_tokenized,
     set_status,
+    set_source_readers,
 )
 from .counts import count_search, record_search
 from .documents import (
@@ -43,8 +44,12 @@ from .postings import BLOCK_CHUNKS, encode_blocks
 from .vectors import (
     chunks_without_vector,
     count_chunks_without_vector,
+    count_refused,
     document_paths,
     delete_other_vectors,
+    NOTE_REASONS,
+    note_model_unavailable,
+    note_vectors,
     reusable_vectors,
     switch_embedding,
     text_hash,
@@ -54,12 +59,13 @@ from .vectors import (
 
 __all__ = [
     "BaseRow", "DocumentMeta", "PendingDocument", "BLOCK_CHUNKS", "INDEXER_LOCK_SPACE",
-    "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "base_names",
+    "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "set_source_readers", "base_names",
     "base_not_found", "mark_tokenized", "ensure_source", "folder_sources",
     "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
     "encode_blocks",
     "chunks_without_vector", "count_chunks_without_vector", "document_paths", "write_vectors", "reusable_vectors",
     "switch_embedding", "delete_other_vectors", "text_hash", "vectors_of_texts",
+    "NOTE_REASONS", "note_vectors", "note_model_unavailable", "count_refused",
     "indexer_session", "lock_base",
     "count_search", "record_search",
 ]

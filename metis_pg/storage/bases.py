@@ -17,7 +17,7 @@ from .locks import lock_base
 
 __all__ = [
     "BaseRow", "create_base", "get_base", "base_names", "base_not_found", "list_bases", "list_bases_light",
-    "drop_base", "set_status", "mark_tokenized", "ensure_source", "folder_sources",
+    "drop_base", "set_status", "mark_tokenized", "ensure_source", "set_source_readers", "folder_sources",
 ]
 
 
@@ -101,16 +101,23 @@ def base_not_found(conn: psycopg.Connection, name: object) -> BaseNotFound:
 
 
 def list_bases(conn: psycopg.Connection, name: str | None = None) -> list[dict[str, Any]]:
-    """Return every base (or the one called `name`) with document and chunk counts."""
+    """Return every base (or the one called `name`) with document and chunk counts.
+
+    ``vector_notes`` is ``{reason: chunks}`` of the base's model (``sql/bases/vector_notes.sql``):
+    why chunks have no vector (``refused``, ``model_unavailable``), and vectors of a cut text (``cut``).
+    """
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(sqlfiles.load("bases/list"), {"name": name}).fetchall()
     if not rows:
         return rows
     # Counted apart (bases/counts.sql): on Citus bases/list.sql must run on the coordinator.
-    counts = {r[0]: r[1:] for r in conn.execute(sqlfiles.load("bases/counts"),
-                                                 {"base_ids": [r["base_id"] for r in rows]})}
+    base_ids = [r["base_id"] for r in rows]
+    counts = {r[0]: r[1:] for r in conn.execute(sqlfiles.load("bases/counts"), {"base_ids": base_ids})}
+    notes: dict[int, dict[str, int]] = {}
+    for base_id, reason, n in conn.execute(sqlfiles.load("bases/vector_notes"), {"base_ids": base_ids}):
+        notes.setdefault(base_id, {})[reason] = n
     return [{**r, "documents": counts[r["base_id"]][0], "chunks": counts[r["base_id"]][1],
-             "vectors_reused": counts[r["base_id"]][2]} for r in rows]
+             "vectors_reused": counts[r["base_id"]][2], "vector_notes": notes.get(r["base_id"], {})} for r in rows]
 
 
 def list_bases_light(conn: psycopg.Connection, base_ids: Sequence[int]) -> list[dict[str, Any]]:
@@ -185,6 +192,17 @@ def ensure_source(conn: psycopg.Connection, base_id: int, name: str, root: str |
         return row[0]
     return conn.execute(sqlfiles.load("bases/add_source"),
                         {"base_id": base_id, "name": name, "root": root, "whole_folder": whole_folder}).fetchone()[0]
+
+
+def set_source_readers(conn: psycopg.Connection, source_id: int, *, readers: Sequence[str] | None,
+                       front_matter_readers: bool | None) -> int:
+    """Give a source its readers (checked group names, lower case; ``[]`` = every caller) and whether
+    its documents' own ``readers`` metadata may narrow them (None keeps either), and every document
+    of the source its readers again, in the caller's transaction; return how many changed
+    (sql/access/set_source_readers.sql, :mod:`metis_pg.access`)."""
+    return conn.execute(sqlfiles.load("access/set_source_readers"), {
+        "source_id": source_id, "readers": None if readers is None else list(readers),
+        "front_matter_readers": front_matter_readers}).fetchone()[0]
 
 
 def folder_sources(conn: psycopg.Connection, base_id: int) -> list[tuple[str, str, bool, int, list[str]]]:

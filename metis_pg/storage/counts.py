@@ -19,8 +19,7 @@ log = logging.getLogger(__name__)
 _count_failures: set[str] = set()
 
 
-def count_search(conn: psycopg.Connection, base_ids: Sequence[int], mode: str,
-                 settings: Settings | None = None) -> None:
+def count_search(conn: psycopg.Connection, base_ids: Sequence[int], mode: str, settings: Settings) -> None:
     """Add one search of `mode` for today (UTC) to each base (SPEC F20); the question is never stored.
 
     Best-effort: a count that cannot be written (a full disk, a read-only server, a
@@ -49,7 +48,7 @@ def record_search(pool: db.Pool, base_ids: Sequence[int], mode: str) -> None:
         _count_failed(exc, pool.settings)
 
 
-def _count_failed(exc: BaseException, settings: Settings | None) -> None:
+def _count_failed(exc: BaseException, settings: Settings) -> None:
     key = getattr(exc, "sqlstate", None) or type(exc).__name__
     if key not in _count_failures:
         _count_failures.add(key)

@@ -33,7 +33,7 @@ __all__ = [
 _COPY_DOCUMENTS = ("COPY documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes,"
                    " tags, author, category, date, modified_at, language, meta) FROM STDIN")
 _COPY_CHUNKS = ("COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
-                " char_start, char_end, term_count, line_end, line_map) FROM STDIN")
+                " char_start, char_end, term_count, line_end, line_map, page_label) FROM STDIN")
 
 #: Milliseconds a write transaction's statements may take per chunk written, on top of
 #: ``statement_timeout``: measured 5.5 ms per chunk for a 2,000-chunk document at load 6 on
@@ -184,7 +184,7 @@ def write_documents(
                         copy.write_row((
                             chunk_id, base_id, document_id, chunk.ordinal, chunk.text, chunk.title,
                             list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end,
-                            len(terms), chunk.line_end, list(chunk.line_map) or None,
+                            len(terms), chunk.line_end, list(chunk.line_map) or None, chunk.page_label,
                         ))
             write_postings(conn, cur, base_id, [
                 (chunk_id, terms) for d, ids in zip(documents, placed) for chunk_id, terms in zip(ids, d.terms)

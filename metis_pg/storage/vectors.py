@@ -18,8 +18,13 @@ from .locks import lock_base
 
 __all__ = [
     "copy_vectors", "halfvec_binary", "text_hash", "vectors_of_texts", "chunks_without_vector", "count_chunks_without_vector", "write_vectors",
-    "reusable_vectors", "switch_embedding", "delete_other_vectors",
+    "reusable_vectors", "switch_embedding", "delete_other_vectors", "note_vectors", "note_model_unavailable",
+    "NOTE_REASONS", "count_refused",
 ]
+
+#: Why a chunk is noted in ``vector_notes`` (migration 0018): no vector because the embedding
+#: service refused its text, or the model did not answer; or a vector made from a cut text.
+NOTE_REASONS = ("refused", "model_unavailable", "cut")
 
 # COPY cannot be EXPLAINed, and every file of sql/ is (tests/test_contracts.py): it stays here.
 _COPY_VECTORS = ("COPY embeddings (chunk_id, model, base_id, document_id, embedding, text_hash)"
@@ -81,15 +86,47 @@ def halfvec_binary(vector: Any) -> bytes:
 
 
 def chunks_without_vector(conn: psycopg.Connection, base_id: int, model: str, limit: int,
-                          document_id: int | None = None, after: int = 0) -> list[tuple]:
+                          document_id: int | None = None, after: int = 0, max_chars: int | None = None
+                          ) -> list[tuple]:
     """Return up to `limit` rows ``(chunk_id, document_id, title, headings, text)`` lacking a `model` vector.
 
     Oldest first, chunk ids above `after` only; `document_id` keeps that document's chunks only.
+    A chunk the model refused when its text was cut to `max_chars` (noted ``refused``) is left
+    out: sent again, it would be refused again (another model or `max_chars` sends it again).
     """
     return conn.execute(
         sqlfiles.load("storage/chunks_without_vector"),
-        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id, "after": after},
+        {"base_id": base_id, "model": model, "limit": limit, "document_id": document_id, "after": after,
+         "max_chars": max_chars},
     ).fetchall()
+
+
+def note_vectors(conn: psycopg.Connection, base_id: int, model: str, notes: Sequence[tuple[int, str, str]],
+                 max_chars: int | None) -> None:
+    """Note ``(chunk_id, reason, detail)`` in ``vector_notes`` (reason: one of :data:`NOTE_REASONS`).
+
+    `max_chars`: the characters the texts were cut to (``Settings.embed_max_chars``; None: not cut).
+    Chunks deleted meanwhile are skipped; a chunk noted already takes the new reason.
+    """
+    if notes:
+        conn.execute(sqlfiles.load("storage/note_vectors"),
+                     {"base_id": base_id, "model": model, "max_chars": max_chars,
+                      "chunk_ids": [n[0] for n in notes], "reasons": [n[1] for n in notes],
+                      "details": [n[2] for n in notes]})
+
+
+def count_refused(conn: psycopg.Connection, base_id: int, model: str, max_chars: int | None) -> int:
+    """Return how many chunks of the base the model refused at `max_chars` (not sent again)."""
+    return conn.execute("SELECT count(*) FROM vector_notes WHERE base_id = %s AND model = %s AND reason = 'refused'"
+                        " AND max_chars IS NOT DISTINCT FROM %s::int", (base_id, model, max_chars)).fetchone()[0]
+
+
+def note_model_unavailable(conn: psycopg.Connection, base_id: int, model: str, detail: str,
+                           max_chars: int | None) -> None:
+    """Note every chunk of the base still without a `model` vector ``model_unavailable`` (`detail`: why);
+    those the service refused stay ``refused``. The next embedding run sends them again."""
+    conn.execute(sqlfiles.load("storage/note_model_unavailable"),
+                 {"base_id": base_id, "model": model, "detail": detail, "max_chars": max_chars})
 
 
 def document_paths(conn: psycopg.Connection, document_ids: Sequence[int]) -> dict[int, str]:
@@ -103,19 +140,27 @@ def count_chunks_without_vector(conn: psycopg.Connection, base_id: int, model: s
 
 
 def write_vectors(conn: psycopg.Connection, base_id: int, model: str,
-                  rows: Sequence[tuple[int, int, Any, int]]) -> None:
+                  rows: Sequence[tuple[int, int, Any, int]], *, cut: Sequence[int] = (),
+                  max_chars: int | None = None) -> None:
     """Store vectors ``(chunk_id, document_id, vector, text_hash)`` of `model` in one transaction.
 
-    Chunks deleted meanwhile are skipped (their rows would violate the foreign key).
+    Chunks deleted meanwhile are skipped (their rows would violate the foreign key). Their notes
+    in ``vector_notes`` go (they have a vector now); the chunk ids of `cut` (their text was cut to
+    `max_chars` before embedding) are noted ``cut``.
     """
     with conn.transaction():
         lock_base(conn, base_id)
+        ids = [r[0] for r in rows]
         live = {
             r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE base_id = %s AND chunk_id = ANY(%s)",
-                                       (base_id, [r[0] for r in rows]))
+                                       (base_id, ids))
         }
         with conn.cursor() as cur:
             copy_vectors(cur, base_id, model, [r for r in rows if r[0] in live])
+        conn.execute("DELETE FROM vector_notes WHERE base_id = %s AND model = %s AND chunk_id = ANY(%s)",
+                     (base_id, model, ids))
+        note_vectors(conn, base_id, model, [(c, "cut", f"cut to {max_chars} characters") for c in cut if c in live],
+                     max_chars)
 
 
 def reusable_vectors(conn: psycopg.Connection, base_id: int, document_id: int, model: str
@@ -148,6 +193,7 @@ def delete_other_vectors(conn: psycopg.Connection, base_id: int, model: str) -> 
     with conn.transaction():
         lock_base(conn, base_id)
         conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
+        conn.execute("DELETE FROM vector_notes WHERE base_id = %s AND model <> %s", (base_id, model))
         return conn.execute(
             "DELETE FROM embeddings WHERE base_id = %s AND model <> %s", (base_id, model)
         ).rowcount

@@ -15,14 +15,15 @@ WITH query_terms AS MATERIALIZED (
     FROM bm25_terms AS bt
     JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
     LEFT JOIN unnest(%(terms)s::text[], %(term_weights)s::float8[]) AS qt(term, weight) ON qt.term = bt.term
-    WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(terms)s::text[]) AND bt.df > 0
+    WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND tot.base_id = ANY(%(base_ids)s::int[])
+      AND bt.term = ANY(%(terms)s::text[]) AND bt.df > 0
 ),
 asked AS MATERIALIZED (
     SELECT c.base_id, c.chunk_id, (c.chunk_id / 256)::int AS block_no, (c.chunk_id %% 256)::int AS o,
            bl.lengths[(c.chunk_id %% 256)::int + 1] AS chunk_terms
     FROM chunks AS c
     JOIN block_lengths AS bl ON bl.base_id = c.base_id AND bl.block_no = (c.chunk_id / 256)::int
-    WHERE c.base_id = ANY(%(base_ids)s::int[])
+    WHERE c.base_id = ANY(%(base_ids)s::int[]) AND bl.base_id = ANY(%(base_ids)s::int[])
       AND c.chunk_id IN (SELECT d.chunk_id FROM dense AS d WHERE d.chunk_id NOT IN (SELECT chunk_id FROM keyword))
 ),
 postings AS MATERIALIZED (
@@ -32,6 +33,7 @@ postings AS MATERIALIZED (
     FROM asked AS a
     JOIN query_terms AS q ON q.base_id = a.base_id
     JOIN posting_blocks AS pb ON pb.base_id = a.base_id AND pb.term_id = q.term_id AND pb.block_no = a.block_no
+    WHERE pb.base_id = ANY(%(base_ids)s::int[])
 ),
 parts AS MATERIALIZED (
     SELECT p.chunk_id,

@@ -21,6 +21,7 @@ BEGIN
     -- The foreign keys that point at the single-column keys go first.
     ALTER TABLE chunks DROP CONSTRAINT chunks_document_id_fkey;
     ALTER TABLE embeddings DROP CONSTRAINT embeddings_chunk_id_fkey;
+    ALTER TABLE vector_notes DROP CONSTRAINT vector_notes_chunk_id_fkey;
     ALTER TABLE facts DROP CONSTRAINT facts_document_id_fkey;
     ALTER TABLE facts DROP CONSTRAINT facts_superseded_by_fkey;
 
@@ -39,6 +40,8 @@ BEGIN
     ALTER TABLE embeddings DROP CONSTRAINT pk_embeddings;
     ALTER TABLE embeddings ADD CONSTRAINT pk_embeddings PRIMARY KEY (base_id, chunk_id, model);
     ALTER TABLE embeddings ADD CONSTRAINT embeddings_chunk_fkey FOREIGN KEY (base_id, chunk_id)
+        REFERENCES chunks (base_id, chunk_id) ON DELETE CASCADE;
+    ALTER TABLE vector_notes ADD CONSTRAINT vector_notes_chunk_fkey FOREIGN KEY (base_id, chunk_id)
         REFERENCES chunks (base_id, chunk_id) ON DELETE CASCADE;
 
     ALTER TABLE facts DROP CONSTRAINT facts_pkey;

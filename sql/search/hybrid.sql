@@ -43,6 +43,11 @@
 --   %(only_chunks)s     bigint[] NULL = no phrase; else only these chunks are ranked (those holding
 --                                every quoted phrase of the question, found by metis_pg.query)
 --   %(exclude_terms)s   text[]   NULL = none; else chunks holding any of these terms are never ranked
+--   %(restricted)s      boolean  true when the statement runs on behalf of principals in bases where
+--                                documents may have readers (metis_pg.retrieval.restricted): the keyword
+--                                leg then never ranks the chunks they may not read (metis_hidden_chunks,
+--                                sql/access/functions.v1.sql); every other read is under row-level
+--                                security already (the dense leg's vectors, chunks, documents)
 --
 -- Formulas:
 --   dense   = 1 - cosine distance (pgvector <=>), exact sequential scan, ties by chunk_id.
@@ -99,7 +104,14 @@ excluded AS MATERIALIZED (
     JOIN posting_blocks AS pb ON pb.base_id = bt.base_id AND pb.term_id = bt.term_id
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset])) AS p(o)
     WHERE %(exclude_terms)s::text[] IS NOT NULL
-      AND bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(exclude_terms)s::text[])
+      AND bt.base_id = ANY(%(base_ids)s::int[]) AND pb.base_id = ANY(%(base_ids)s::int[])
+      AND bt.term = ANY(%(exclude_terms)s::text[])
+),
+-- The chunks the principals may not read (issue 21): never ranked by the keyword leg, whose posting
+-- blocks are not under row-level security (the dense leg's vectors are).
+hidden AS MATERIALIZED (
+    SELECT h.chunk_id FROM metis_hidden_chunks(%(base_ids)s::int[]) AS h(chunk_id)
+    WHERE %(restricted)s::boolean
 ),
 dense AS MATERIALIZED (
     SELECT nearest.chunk_id,
@@ -146,8 +158,10 @@ keyword AS MATERIALIZED (
         CASE WHEN %(unfiltered)s::boolean THEN NULL
              ELSE coalesce((SELECT array_agg(document_id) FROM allowed_documents), '{}'::bigint[]) END,
         %(only_chunks)s::bigint[],
-        CASE WHEN %(exclude_terms)s::text[] IS NULL THEN NULL
-             ELSE coalesce((SELECT array_agg(chunk_id) FROM excluded), '{}'::bigint[]) END
+        CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean THEN NULL
+             ELSE coalesce((SELECT array_agg(chunk_id) FROM (SELECT chunk_id FROM excluded
+                                                            UNION ALL SELECT chunk_id FROM hidden) AS dropped),
+                           '{}'::bigint[]) END
     ) AS k
 ),
 -- Complete scores: the cosine of the keyword leg's chunks the dense leg did not keep (by chunk id,
@@ -201,7 +215,8 @@ question AS MATERIALIZED (
                         JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
                         LEFT JOIN unnest(%(terms)s::text[], %(term_weights)s::float8[]) AS qt(term, weight)
                           ON qt.term = bt.term
-                        WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(terms)s::text[])
+                        WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND tot.base_id = ANY(%(base_ids)s::int[])
+                          AND bt.term = ANY(%(terms)s::text[])
                         GROUP BY bt.base_id) AS per_base), 0), 1) AS bm25_ratio
 ),
 route AS MATERIALIZED (
@@ -245,6 +260,7 @@ legs_done AS (
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
+       c.page_label,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,

@@ -17,7 +17,8 @@ WITH phrase_terms AS MATERIALIZED (
            tot.chunk_count
     FROM bm25_terms AS bt
     JOIN bm25_totals AS tot ON tot.base_id = bt.base_id
-    WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND bt.term = ANY(%(terms)s::text[]) AND bt.df > 0
+    WHERE bt.base_id = ANY(%(base_ids)s::int[]) AND tot.base_id = ANY(%(base_ids)s::int[])
+      AND bt.term = ANY(%(terms)s::text[]) AND bt.df > 0
 ),
 -- Bases holding every term of the phrase (else no chunk of theirs can hold it).
 complete AS MATERIALIZED (
@@ -33,6 +34,9 @@ holding AS MATERIALIZED (
     FROM selective AS q
     JOIN posting_blocks AS pb ON pb.base_id = q.base_id AND pb.term_id = q.term_id
     CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset])) AS p(o)
+    -- Every distributed table filtered by the bases itself: one base's statement is then a Citus
+    -- router query (docs/scaling.md), sent whole to its worker.
+    WHERE pb.base_id = ANY(%(base_ids)s::int[])
     GROUP BY pb.base_id, 1
     HAVING count(*) = (SELECT count(*) FROM selective AS s WHERE s.base_id = pb.base_id)
     LIMIT %(limit)s

@@ -13,6 +13,20 @@
     return parts.join(" · ");
   }
 
+  // Why chunks have no vector (issue 26): "3 (1 refused by the model, 2 model down)", and the
+  // vectors made from a cut text.
+  function withoutVectors(b) {
+    const r = b.without_vector_by_reason || {};
+    const parts = [];
+    if (r.refused) parts.push(r.refused + " refused by the model");
+    if (r.model_unavailable) parts.push(r.model_unavailable + " model down");
+    if (r.not_embedded_yet && parts.length) parts.push(r.not_embedded_yet + " not embedded yet");
+    return [String(b.chunks_without_vector),
+      parts.length ? el("span", {class: "muted reasons"}, " (" + parts.join(", ") + ")") : null,
+      b.chunks_cut ? el("span", {class: "muted cut", title: "embedded from their text cut to METIS_EMBED_MAX_CHARS"},
+        " · " + b.chunks_cut + " cut") : null];
+  }
+
   function renderTable() {
     const body = $("bases-table").tBodies[0];
     body.replaceChildren();
@@ -27,7 +41,7 @@
           b.watched ? el("span", {class: "watch muted"}, " · watched, caught up " + (b.caught_up_at ? when(b.caught_up_at) : "not yet")) : null),
         el("td", {class: "num documents", "data-label": "Documents"}, String(b.documents)),
         el("td", {class: "num chunks", "data-label": "Chunks"}, String(b.chunks)),
-        el("td", {class: "num without", "data-label": "Without vectors"}, String(b.chunks_without_vector)),
+        el("td", {class: "num without", "data-label": "Without vectors"}, ...withoutVectors(b)),
         el("td", {class: "when", "data-label": "Last indexed"}, when(b.last_indexed_at, b.chunks)),
         el("td", {class: "models", "data-label": "Models"}, models(b.spec || {}))));
     }

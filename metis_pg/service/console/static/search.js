@@ -216,17 +216,19 @@
     p.hidden = false;
   }
 
-  function questionTerms(q) {
-    return new Set((q.toLowerCase().match(/[\p{L}\p{N}]+/gu) || []).filter((t) => t.length > 1));
-  }
-
-  /** The snippet with the question's words marked (text nodes only: nothing is parsed as HTML). */
-  function marked(text, terms) {
+  /** The snippet with the words that weigh marked: the server's spans (citation.marks, [start, end) in code
+   * points: only the question's words that weigh in the base, by idf), text nodes only (nothing parsed as HTML). */
+  function marked(text, marks) {
+    const chars = Array.from(text);
     const out = [];
-    for (const piece of text.split(/([\p{L}\p{N}]+)/u)) {
-      if (!piece) continue;
-      out.push(terms.has(piece.toLowerCase()) ? el("mark", {}, piece) : piece);
+    let at = 0;
+    for (const [start, end] of marks || []) {
+      if (start < at || end > chars.length) continue;
+      if (start > at) out.push(chars.slice(at, start).join(""));
+      out.push(el("mark", {}, chars.slice(start, end).join("")));
+      at = end;
     }
+    if (at < chars.length) out.push(chars.slice(at).join(""));
     return out;
   }
 
@@ -250,7 +252,6 @@
     summary.textContent = (answer.results.length === 1 ? "1" + unit : answer.results.length + unit + "s") +
       " · " + modeName + (answer.reranked ? " · reranked" : "") + " · " + answer.bases.join(", ");
     summary.hidden = false;
-    const terms = questionTerms(s.q);
     const list = $("results");
     answer.results.forEach((r, i) => {
       const c = r.citation;
@@ -267,7 +268,7 @@
         el("div", {class: "title"}, c.title),
         headings.length ? el("div", {class: "headings"}, headings.join(" › ")) : null,
         about(c),
-        el("p", {class: "snippet"}, marked(c.snippet, terms)),
+        el("p", {class: "snippet"}, marked(c.snippet, c.marks)),
         el("p", {class: "scores"}, scoresLine(r.scores)),
         el("details", {class: "whole"}, el("summary", {}, "Whole passage"), el("pre", {class: "text"}, r.text)));
       list.append(item);
@@ -282,7 +283,6 @@
   }
 
   function renderCompare(answer, s) {
-    const terms = questionTerms(s.q);
     renderNotices(answer.warnings);
     renderTook(answer.took, [["embed", "embed"], ["search", "search"], ["rerank", "rerank"], ["total", "total"]]);
     const counts = answer.counts;
@@ -295,7 +295,7 @@
       body.append(el("tr", {class: "agree-" + p.agreement, "data-chunk": p.chunk_id},
         el("th", {scope: "row"}, el("span", {class: "cite"}, where(p.citation)),
           el("span", {class: "title"}, p.citation.title), el("span", {class: "base"}, p.base),
-          el("span", {class: "snippet"}, marked(p.citation.snippet, terms))),
+          el("span", {class: "snippet"}, marked(p.citation.snippet, p.citation.marks))),
         rankCell(p.ranks.hybrid, "Both"), rankCell(p.ranks.dense, "Meaning"), rankCell(p.ranks.keyword, "Words"),
         el("td", {class: "why", "data-label": "Why it came up:"}, p.why)));
     }

