@@ -264,3 +264,24 @@ def test_token_groups_are_parsed_from_the_tokens_setting():
 def test_front_matter_is_ignored_unless_the_source_allows_it(metis, kb, tmp_path: Path):
     answer = metis.search(kb.name, "payroll note anyone reads", mode="keyword", principals=["eng"])
     assert "front.md" in _paths(answer)
+
+
+def test_a_search_of_several_bases_reads_each_for_the_principals(metis, kb, tmp_path: Path):
+    other = f"t-access2-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "notes.md").write_text("# Payroll notes\n\nPayroll questions for everyone.\n")
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "bonus.md").write_text(f"# Bonus {SECRET}\n\nThe payroll bonus {SECRET}.\n")
+    metis.create_base(other, embedding_model=hash_embedder.MODEL, embedding_url=kb.url,
+                      embedding_dim=hash_embedder.DIM)
+    try:
+        metis.index(other, tmp_path / "more")
+        metis.index(other, tmp_path / "secret", readers=["hr"])
+        for mode in MODES:
+            answer = metis.search([kb.name, other], f"payroll {SECRET}", mode=mode, top_k=30, principals=["eng"])
+            assert {r.base for r in answer.results} == {kb.name, other}
+            assert not _leaks({**answer.to_dict(), "question": None}) and "bonus.md" not in _paths(answer)
+            hr = metis.search([kb.name, other], f"payroll {SECRET}", mode=mode, top_k=30, principals=["hr"])
+            assert {"bonus.md", "salaries.md"} <= _paths(hr)
+    finally:
+        metis.drop_base(other)
