@@ -4,7 +4,9 @@
 -- kept in spec->'retokenizing' = {"version": V, "sources": [ids]} (one source per run with
 -- `metis index --base B`, which reads each folder again). The notes and facts source (root NULL)
 -- does not count.
--- Parameters: %(base_id)s int, %(source_ids)s int[] (the sources the run read whole), %(version)s int.
+-- The spec's field_weight (the weight the run's terms were made with) is recorded with the version.
+-- Parameters: %(base_id)s int, %(source_ids)s int[] (the sources the run read whole), %(version)s int,
+-- %(field_weight)s int.
 -- Returns: one row, done = whether the version was recorded.
 WITH previous AS (
     SELECT CASE WHEN (b.spec->'retokenizing'->>'version')::int = %(version)s::int
@@ -33,7 +35,8 @@ complete AS (
 UPDATE bases AS b
 SET spec = CASE
     WHEN (SELECT done FROM complete)
-        THEN jsonb_set(b.spec - 'retokenizing', '{tokenizer_version}', to_jsonb(%(version)s::int))
+        THEN jsonb_set(jsonb_set(b.spec - 'retokenizing', '{tokenizer_version}', to_jsonb(%(version)s::int)),
+                       '{field_weight}', to_jsonb(%(field_weight)s::int))
     ELSE jsonb_set(b.spec, '{retokenizing}',
                    jsonb_build_object('version', %(version)s::int, 'sources', to_jsonb((SELECT ids FROM read_so_far))))
 END
