@@ -579,9 +579,15 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         the p50 of each part of the fused statement, as stamped inside it.
     """
 
+    # Reads on behalf of a group get connections of their own, as in a service where every search
+    # comes with a token: PostgreSQL plans a cached statement that row-level security applies to
+    # (bm25_top_k's) again when the connection's role changes, so alternating the operator and a
+    # group on one connection would time that planning too (docs/performance.md).
+    behalf_pool = db.Pool(pool.conninfo, min_size=1, max_size=2, settings=pool.settings)
+
     def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids,
             statement: str | None = None, principals: Sequence[str] | None = None):
-        with pool.connection() as conn:
+        with (pool if principals is None else behalf_pool).connection() as conn:
             if principals is not None:  # as metis_pg.access.OnBehalf does: under row-level security
                 access.begin_on_behalf(conn, principals)
             return run_search(
@@ -659,6 +665,7 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     found, _ = every["fused_as_eng"](queries[0])
     assert found and not any(int(c.document.rsplit("-", 1)[1][:7]) % FOLDERS == HR_ONLY for c in found), \
         "a document of hr reached eng"
+    behalf_pool.close()
     return results
 
 
