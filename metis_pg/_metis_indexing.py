@@ -61,7 +61,7 @@ class IndexingMethods:
             max_file_bytes: for this run, skip files larger than this (default: the
                 base spec's ``max_file_bytes``, 20 MB).
             batch_documents: documents written per transaction at most (1 to 10,000).
-                Documents read are written once the batch holds this many, 2,000 chunks,
+                Documents read are written once the batch holds this many, 500 chunks,
                 or has waited a second, whichever comes first.
             file_time_budget_s: seconds one file's reading and chunking may take before it
                 is skipped with a reason (default: ``METIS_FILE_TIME_BUDGET_S``, 60 s).
