@@ -9,6 +9,13 @@ embedded PostgreSQL (or ``--dsn``), each timed as the median of ``--repeat`` run
   and ``vector`` (float32);
 - each with ``max_parallel_workers_per_gather`` 0 and 2;
 - numpy on the same float16 values as a float32 matrix, for scale;
+- the row's width: the same halfvec top 50 on a table with the columns of metis_pg's
+  ``embeddings`` (chunk_id, model, base_id, document_id, embedding, text_hash) and its filters
+  (base, model), and on a narrow table with the vector first (embedding, id);
+- what an exact pruned scan would pay at least: the top 200 by a 33-dimension "bound vector"
+  (the first 32 dimensions and the norm of the other 352, one ``<#>`` per row: its inner product
+  with (q[:32], |q[32:]|) is the Cauchy-Schwarz bound of the full one), and a sum over the rows
+  of a float8 expression (what any bound written in SQL costs per row);
 
 then prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the halfvec cosine scan (shared hits vs reads).
 
@@ -72,7 +79,8 @@ def main() -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         register_vector(conn)
-        conn.execute("DROP TABLE IF EXISTS dense_scan_half, dense_scan_full")
+        conn.execute("DROP TABLE IF EXISTS dense_scan_half, dense_scan_full, dense_scan_wide, dense_scan_first,"
+                     " dense_scan_bound")
         conn.execute(f"CREATE TABLE dense_scan_half (id bigint, embedding halfvec({DIM}))")
         conn.execute(f"CREATE TABLE dense_scan_full (id bigint, embedding vector({DIM}))")
         for table, kind in (("dense_scan_half", HalfVector), ("dense_scan_full", Vector)):
@@ -81,6 +89,24 @@ def main() -> int:
                 copy.set_types(["int8", "halfvec" if kind is HalfVector else "vector"])
                 for i, v in enumerate(vectors):
                     copy.write_row((i, kind(v)))
+            conn.execute(f"VACUUM ANALYZE {table}")
+        conn.execute(f"CREATE TABLE dense_scan_wide (chunk_id bigint, model text, base_id int, document_id bigint,"
+                     f" embedding halfvec({DIM}), text_hash bigint)")
+        conn.execute(f"CREATE TABLE dense_scan_first (embedding halfvec({DIM}), id bigint)")
+        conn.execute("CREATE TABLE dense_scan_bound (id bigint, bound halfvec(33))")
+        with conn.cursor().copy("COPY dense_scan_wide FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "text", "int4", "int8", "halfvec", "int8"])
+            for i, v in enumerate(vectors):
+                copy.write_row((i, "bench:384", 1, i // 10, HalfVector(v), i))
+        with conn.cursor().copy("COPY dense_scan_first FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["halfvec", "int8"])
+            for i, v in enumerate(vectors):
+                copy.write_row((HalfVector(v), i))
+        with conn.cursor().copy("COPY dense_scan_bound FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "halfvec"])
+            for i, v in enumerate(vectors):
+                copy.write_row((i, HalfVector(np.append(v[:32], np.linalg.norm(v[32:])))))
+        for table in ("dense_scan_wide", "dense_scan_first", "dense_scan_bound"):
             conn.execute(f"VACUUM ANALYZE {table}")
         figures["mb"] = {t: round(conn.execute("SELECT pg_total_relation_size(%s) / 1e6::float8", (t,)).fetchone()[0], 1)
                          for t in ("dense_scan_half", "dense_scan_full")}
@@ -95,6 +121,23 @@ def main() -> int:
                     cases[f"{table} top50 {name} workers={workers}"] = median_ms(
                         lambda t=table, o=op, q=q: conn.execute(
                             f"SELECT id FROM {t} ORDER BY embedding {o} %s LIMIT 50", (q,)).fetchall(), args.repeat)
+            q = HalfVector(query)
+            cases[f"dense_scan_wide top50 cosine, base and model filters workers={workers}"] = median_ms(
+                lambda q=q: conn.execute(
+                    "SELECT chunk_id FROM dense_scan_wide WHERE base_id = ANY('{1}'::int[]) AND model = 'bench:384'"
+                    " ORDER BY embedding <=> %s, chunk_id LIMIT 50", (q,)).fetchall(), args.repeat)
+            cases[f"dense_scan_first (vector first) top50 cosine workers={workers}"] = median_ms(
+                lambda q=q: conn.execute(
+                    "SELECT id FROM dense_scan_first ORDER BY embedding <=> %s, id LIMIT 50", (q,)).fetchall(),
+                args.repeat)
+            bound_query = HalfVector(np.append(query[:32], np.linalg.norm(query[32:])))
+            cases[f"dense_scan_bound count(*) workers={workers}"] = median_ms(
+                lambda: conn.execute("SELECT count(*) FROM dense_scan_bound").fetchone(), args.repeat)
+            cases[f"dense_scan_bound top200 by 33-dim bound workers={workers}"] = median_ms(
+                lambda b=bound_query: conn.execute(
+                    "SELECT id FROM dense_scan_bound ORDER BY bound <#> %s LIMIT 200", (b,)).fetchall(), args.repeat)
+            cases[f"dense_scan_half sum(id * 0.5 + 1) (a float8 expression per row) workers={workers}"] = median_ms(
+                lambda: conn.execute("SELECT sum(id * 0.5::float8 + 1) FROM dense_scan_half").fetchone(), args.repeat)
 
         def numpy_top() -> None:
             scores = vectors @ query
@@ -106,7 +149,7 @@ def main() -> int:
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT id FROM dense_scan_half ORDER BY embedding <=> %s LIMIT 50",
             (HalfVector(query),)))
-        conn.execute("DROP TABLE dense_scan_half, dense_scan_full")
+        conn.execute("DROP TABLE dense_scan_half, dense_scan_full, dense_scan_wide, dense_scan_first, dense_scan_bound")
     figures["load_avg_end"] = os.getloadavg()[0]
     for name, ms in figures["median_ms"].items():
         print(f"{ms:9.2f} ms  {name}")

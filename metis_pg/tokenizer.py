@@ -97,7 +97,8 @@ __all__ = ["terms", "query_terms", "fold", "MAX_TERM_CHARS", "MAX_JOIN_CHARS", "
 
 #: Bumped whenever the terms of some text change; a base records the version its postings were
 #: made with (``BaseSpec.tokenizer_version``), and ``metis index`` re-tokenizes an older base.
-#: 1: before apostrophes joined (``won't`` gave ``won``); 2: apostrophes are connectors.
+#: 1: before apostrophes joined (``won't`` gave ``won``); 2: apostrophes are connectors. (The
+#: heading path's weight, ``BaseSpec.field_weight``, is the base's own: 1 gives version 2's terms.)
 TOKENIZER_VERSION = 2
 
 #: Atoms and runs longer than this (characters) are not terms.

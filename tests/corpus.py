@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+
+from metis_pg.chunking import embedding_text
+from metis_pg.config import DEFAULT_FIELD_WEIGHT
+from metis_pg.tokenizer import terms
+
+
+def weighted_terms(title: str, headings: Sequence[str], text: str, weight: int = DEFAULT_FIELD_WEIGHT) -> list[str]:
+    """A chunk's BM25 terms as a base of this field weight indexes them, written here apart from
+    ``chunking.chunk_terms``: the embedding text's terms, and the heading path's ``weight - 1`` times more."""
+    return terms(embedding_text(title, headings, text)) + terms(embedding_text(title, headings, "")) * (weight - 1)
 
 
 def write_corpus(folder: Path, files: dict[str, str]) -> Path:

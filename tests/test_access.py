@@ -264,3 +264,53 @@ def test_token_groups_are_parsed_from_the_tokens_setting():
 def test_front_matter_is_ignored_unless_the_source_allows_it(metis, kb, tmp_path: Path):
     answer = metis.search(kb.name, "payroll note anyone reads", mode="keyword", principals=["eng"])
     assert "front.md" in _paths(answer)
+
+
+def test_a_search_of_several_bases_reads_each_for_the_principals(metis, kb, tmp_path: Path):
+    other = f"t-access2-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "notes.md").write_text("# Payroll notes\n\nPayroll questions for everyone.\n")
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "bonus.md").write_text(f"# Bonus {SECRET}\n\nThe payroll bonus {SECRET}.\n")
+    metis.create_base(other, embedding_model=hash_embedder.MODEL, embedding_url=kb.url,
+                      embedding_dim=hash_embedder.DIM)
+    try:
+        metis.index(other, tmp_path / "more")
+        metis.index(other, tmp_path / "secret", readers=["hr"])
+        for mode in MODES:
+            answer = metis.search([kb.name, other], f"payroll {SECRET}", mode=mode, top_k=30, principals=["eng"])
+            assert {r.base for r in answer.results} == {kb.name, other}
+            assert not _leaks({**answer.to_dict(), "question": None}) and "bonus.md" not in _paths(answer)
+            hr = metis.search([kb.name, other], f"payroll {SECRET}", mode=mode, top_k=30, principals=["hr"])
+            assert {"bonus.md", "salaries.md"} <= _paths(hr)
+    finally:
+        metis.drop_base(other)
+
+
+@pytest.mark.parametrize("mode", ("keyword", "hybrid"))
+def test_more_hidden_chunks_than_the_keyword_leg_keeps_never_take_its_places(metis, kb, tmp_path: Path, mode):
+    # More hidden chunks than the leg keeps (leg_limit 50), all scoring above the readable ones: the
+    # leg's drop list (hybrid.sql's hidden) keeps them out before anything is ranked.
+    other = f"t-access3-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "open").mkdir()
+    (tmp_path / "hr").mkdir()
+    (tmp_path / "open" / "a.md").write_text("".join(f"# Open {i}\n\nPayroll for all, part {i}.\n\n" for i in range(5)))
+    paragraph = " ".join(["payroll ledger entries"] * 40)
+    (tmp_path / "hr" / "big.md").write_text("".join(f"# Part {i} {SECRET}\n\n{paragraph} {i}.\n\n" for i in range(260)))
+    metis.create_base(other, embedding_model=hash_embedder.MODEL, embedding_url=kb.url,
+                      embedding_dim=hash_embedder.DIM)
+    try:
+        metis.index(other, tmp_path / "open")
+        metis.index(other, tmp_path / "hr", readers=["hr"])
+        with metis.pool.connection() as conn:
+            hidden = conn.execute("SELECT count(*) FROM chunks c JOIN documents d USING (document_id)"
+                                  " JOIN bases b ON b.base_id = d.base_id WHERE b.name = %s AND d.readers = '{hr}'",
+                                  (other,)).fetchone()[0]
+        assert hidden > 200
+        answer = metis.search(other, "payroll ledger", mode=mode, top_k=10, principals=["eng"])
+        assert _paths(answer) == {"a.md"} and not _leaks({**answer.to_dict(), "question": None})
+        ranks = sorted(r.scores.keyword_rank for r in answer.results)
+        assert ranks == list(range(1, len(ranks) + 1)) and len(ranks) == 5
+        assert "big.md" in _paths(metis.search(other, "payroll ledger", mode=mode, principals=["hr"]))
+    finally:
+        metis.drop_base(other)

@@ -430,3 +430,66 @@ def test_a_read_on_behalf_of_principals_is_refused_on_citus(m, bases):
 
     assert cli.code == 5 and "DATABASE_UNSUPPORTED" in cli.stderr, cli
     assert operator.results  # the operator (no principals) still reads everything
+
+
+def test_watch_mode_follows_a_folder_on_the_cluster(m, hash_url, tmp_path):
+    import threading
+    import time
+
+    from metis_pg.watch import Watcher, resolve_targets
+
+    def wait_for(check, what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
+            time.sleep(0.2)
+
+    def by_words(word: str) -> set[str]:
+        return {r.citation.document for r in m.search("watched", word, mode="keyword").results}
+
+    folder = write_corpus(tmp_path / "watched", {"lighthouse.txt": "Lighthouse keepers trim the wick."})
+    m.create_base("watched", embedding_model="hash-words", embedding_url=hash_url, embedding_dim=hash_embedder.DIM)
+    m.index("watched", folder)
+    watcher = Watcher(m, resolve_targets(m, "watched", []), debounce_ms=300, heartbeat_s=1.0, retry_s=0.5)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: watcher.runs >= 1, "the catch-up run")
+        (folder / "fog.txt").write_text("Foghorns sound every thirty seconds.", encoding="utf-8")
+        wait_for(lambda: by_words("foghorns") == {"fog.txt"}, "a new file found by words")
+        (folder / "lighthouse.txt").unlink()
+        wait_for(lambda: "lighthouse.txt" not in {d.document for d in m.documents("watched")}, "a deleted file")
+        watching = m.base("watched").watched
+    finally:
+        watcher.stop()
+        thread.join(timeout=30)
+        m.drop_base("watched")
+
+    assert watching and not thread.is_alive()
+
+
+def test_field_weights_and_re_tokenizing_a_base_on_the_cluster(m, hash_url, tmp_path):
+    # Issue 20's fields: heading-path words weigh field_weight times in BM25 (index time); a base whose
+    # spec asks for another weight than its postings were made with is re-tokenized by the next index.
+    corpus = {
+        "leave.md": "# Handbook\n\n## Vacation\n\nEmployees ask their manager two weeks ahead. The request names"
+                    " the first and last day, and the manager answers within three working days.\n",
+        "travel.md": "# Travel\n\nBook trains through the portal. A vacation rental is never reimbursed.\n",
+        "other.md": "# Printers\n\nThe printer on the second floor prints again.\n",
+    }
+    folder = write_corpus(tmp_path / "fields", corpus)
+    m.create_base("fields", embedding_model="hash-words", embedding_url=hash_url, embedding_dim=hash_embedder.DIM,
+                  field_weight=1)
+    try:
+        m.index("fields", folder)
+        flat = m.search("fields", "vacation", mode="keyword").results[0].citation.document
+        sql("UPDATE bases SET spec = (spec - 'field_weight') || '{\"tokenizer_version\": 1, \"field_weight\": 3}'"
+            " WHERE name = 'fields'")
+        again = m.index("fields", folder)
+        weighted = m.search("fields", "vacation", mode="keyword")
+    finally:
+        m.drop_base("fields")
+
+    assert flat == "travel.md"
+    assert (again.changed, again.chunks_embedded) == (3, 0)  # re-tokenized, every vector reused
+    assert weighted.results[0].citation.document == "leave.md" and weighted.warnings == ()

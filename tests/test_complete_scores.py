@@ -30,7 +30,7 @@ from metis_pg.tokenizer import fold, query_terms, terms
 
 import hash_embedder
 from cli_runner import run_cli
-from corpus import write_corpus
+from corpus import weighted_terms, write_corpus
 from test_bm25_oracle import ExhaustiveBM25
 
 WORDS = ("router reset button modem gateway network password firmware cable light signal support "
@@ -73,7 +73,7 @@ def kb(metis: metis_pg.Metis, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 row = storage.get_base(conn, name)
             chunks = {c.chunk_id: (d.info.title, c.headings, c.text)
                       for d in documents.get_documents(metis.pool, row, ["*"]) for c in d.chunks}
-            oracle = ExhaustiveBM25({cid: terms(embedding_text(*parts)) for cid, parts in chunks.items()})
+            oracle = ExhaustiveBM25({cid: weighted_terms(*parts) for cid, parts in chunks.items()})
             vectors = {cid: hash_embedder.HashEmbedder().embed_passages([embedding_text(*parts)])[0]
                        for cid, parts in chunks.items()}
             yield SimpleNamespace(name=name, row=row, chunks=chunks, oracle=oracle, vectors=vectors, url=url)

@@ -54,3 +54,48 @@ def test_no_chunks_encode_to_nothing():
 def test_a_chunk_without_terms_has_a_length_and_no_row():
     encoded = encode_blocks([(2, [])])
     assert (encoded.rows, encoded.lengths) == ({}, {0: [0, 0, 0]})
+
+
+def _oracle_rows(chunks):
+    """Posting rows by definition: every (term, chunk) pair with its clipped tf, grouped by (term, tier, block)."""
+    from collections import Counter, defaultdict
+
+    pairs = defaultdict(list)  # (term, tier, block) -> [(offset, tf, length)]
+    for chunk_id, terms in chunks:
+        block, offset = divmod(chunk_id, BLOCK_CHUNKS)
+        for term, tf in Counter(terms).items():
+            tf = min(tf, MAX_TF)
+            tier = 0 if tf == 1 else 1 if tf <= 3 else 2 if tf <= 7 else 3
+            pairs[(term, tier, block)].append((offset, tf, len(terms)))
+    rows = {}
+    for key, postings in pairs.items():
+        postings.sort()
+        offsets = [o for o, _, _ in postings]
+        tfs = [t for _, t, _ in postings]
+        rows[key] = PostingRow(offsets[0], max(tfs), min(n for _, _, n in postings),
+                               offsets if len(offsets) > 1 else None, tfs if len(tfs) > 1 else None)
+    return rows
+
+
+def test_random_chunks_encode_as_the_definition_says():
+    import random
+
+    rng = random.Random(24)
+    words = [f"w{i}" for i in range(60)]
+    for _ in range(30):
+        ids = sorted(rng.sample(range(5 * BLOCK_CHUNKS), rng.randint(1, 120)))
+        if rng.random() < 0.5:
+            rng.shuffle(ids)  # the encoding does not rely on chunks coming in id order
+        chunks = [(i, [rng.choice(words[: rng.randint(1, 60)]) for _ in range(rng.choice([0, 1, 5, 40, 200]))])
+                  for i in ids]
+        encoded = encode_blocks(chunks)
+        assert encoded.rows == _oracle_rows(chunks)
+        every = [t for _, terms in chunks for t in set(terms)]
+        assert dict(encoded.document_frequency) == {t: every.count(t) for t in set(every)}
+        for term in set(every):
+            holding = [terms for _, terms in chunks if term in terms]
+            assert encoded.max_tf[term] == max(min(terms.count(term), MAX_TF) for terms in holding)
+            assert encoded.min_length[term] == min(len(terms) for terms in holding)
+        assert encoded.terms == sum(len(terms) for _, terms in chunks)
+        for chunk_id, terms in chunks:
+            assert encoded.lengths[chunk_id // BLOCK_CHUNKS][chunk_id % BLOCK_CHUNKS] == len(terms)

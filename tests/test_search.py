@@ -17,7 +17,7 @@ from metis_pg.chunking import Chunk, embedding_text
 from metis_pg.tokenizer import query_terms, terms
 
 import hash_embedder
-from corpus import write_corpus
+from corpus import weighted_terms, write_corpus
 
 CORPUS = {
     "router.txt": "Reset the router using the red button for ten seconds.",
@@ -64,7 +64,7 @@ def test_bm25_scores_equal_an_independent_computation(metis, small_base):
             " WHERE b.name = %s", (small_base,)
         ).fetchall()
     assert len(rows) >= len(CORPUS)
-    chunk_terms = {cid: terms(embedding_text(t, h, x)) for cid, t, h, x in rows}
+    chunk_terms = {cid: weighted_terms(t, h, x) for cid, t, h, x in rows}
     for question in ("router reset", "the modem portal", "PO-2231 signatures", "db.max_pool_size"):
         expected = bm25_reference(chunk_terms, query_terms(question))
         answer = metis.search(small_base, question, mode="keyword", top_k=50)
@@ -369,7 +369,7 @@ def test_bm25_equals_bm25s_on_a_real_corpus(metis, base_name, shared_data):
         ).fetchall()
     chunk_ids = [r[0] for r in rows]
     oracle = bm25s.BM25(method="lucene", k1=1.2, b=0.75)
-    corpus_terms = [terms(embedding_text(t, h, x)) for _, t, h, x in rows]
+    corpus_terms = [weighted_terms(t, h, x) for _, t, h, x in rows]
     oracle.index(corpus_terms, show_progress=False)
     df = Counter(term for chunk in corpus_terms for term in set(chunk))
     questions = [q["query"] for q in json.loads((folder / "eval-queries.json").read_text(encoding="utf-8"))]

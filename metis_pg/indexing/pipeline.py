@@ -238,7 +238,7 @@ def index_paths(
         # Re-tokenized only when every document of those sources was read: whole folders, all listed.
         if retokenize and not run.failed and not unlisted and all(p.deletes for p in plans):
             with pool.connection() as conn:
-                if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION):
+                if storage.mark_tokenized(conn, base.base_id, source_ids, TOKENIZER_VERSION, spec.field_weight):
                     spec = dataclasses.replace(spec, tokenizer_version=TOKENIZER_VERSION)
                 else:
                     run.warnings.append(

@@ -31,9 +31,10 @@ __all__ = ["failure_reason", "own_document", "read_file", "tokenize"]
 log = logging.getLogger(__name__)
 
 
-def tokenize(chunks: Sequence[Chunk]) -> list[list[str]]:
-    """Return the BM25 terms of each chunk (:func:`metis_pg.chunking.chunk_terms`)."""
-    return [chunk_terms(c) for c in chunks]
+def tokenize(chunks: Sequence[Chunk], field_weight: int = 1) -> list[list[str]]:
+    """Return the BM25 terms of each chunk (:func:`metis_pg.chunking.chunk_terms`), the heading
+    path's words counted `field_weight` times (``BaseSpec.field_weight``)."""
+    return [chunk_terms(c, field_weight) for c in chunks]
 
 
 def read_file(
@@ -105,7 +106,7 @@ def read_file(
                                 modified_at=modified_at,
                                 language=m.language, extra=dict(m.extra))
     return storage.PendingDocument(meta, chunks, [reuse.get(c.embedding_text) for c in chunks],
-                                   replaces=known[0] if known else None, terms=tokenize(chunks))
+                                   replaces=known[0] if known else None, terms=tokenize(chunks, spec.field_weight))
 
 
 def _modified_at(path: Path) -> datetime | None:
@@ -139,4 +140,5 @@ def own_document(base: storage.BaseRow, document: Document, data: bytes, documen
     chunks = chunk_document(document, chunk_size=base.base_spec.chunk_size)
     meta = storage.DocumentMeta(document.path, document.title, document.kind, hashlib.sha256(data).hexdigest(),
                                 len(data))
-    return storage.PendingDocument(meta, chunks, None, document_id=document_id, terms=tokenize(chunks))
+    return storage.PendingDocument(meta, chunks, None, document_id=document_id,
+                                   terms=tokenize(chunks, base.base_spec.field_weight))

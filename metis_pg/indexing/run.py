@@ -31,7 +31,10 @@ class Run:
 
 
 #: A batch of documents is written (one transaction) once it holds this many chunks,
-#: its maximum of documents, or its first document has waited this many seconds.
+#: its maximum of documents, or its first document has waited this many seconds. Larger batches
+#: cost less CPU per chunk (2,000: ~25% less than 500, docs/performance.md 2026-12-04), but the disk
+#: guard reserves disk_space.BYTES_PER_CHUNK for every chunk of a batch before writing it, so on a
+#: small disk a larger batch stops indexing sooner (tests/test_full_disk.py): 500 kept.
 BATCH_CHUNKS = 500
 BATCH_SECONDS = 1.0
 

@@ -171,6 +171,9 @@ class CreateBaseIn(_Body):
         None, description=f"convex: score normalization; default {_SPEC.normalization}")
     alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default {_SPEC.alpha:g}")
     routing: StrictBool | None = Field(None, description=f"per-question routing; default {_SPEC.routing}")
+    field_weight: Annotated[StrictInt, Field(ge=0, le=10)] | None = Field(
+        None, description="times a word of the title and heading path counts in BM25 against 1 for the text "
+                          f"(BM25F-style); default {_SPEC.field_weight}")
 
 
 class IndexIn(_Body):

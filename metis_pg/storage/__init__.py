@@ -5,7 +5,8 @@
 - :mod:`.documents`: documents with their chunks, postings and vectors, written in ONE
   transaction after deleting their previous version (SPEC F3).
 - :mod:`.postings`: posting blocks, block lengths, BM25 statistics; the block encoding is the
-  pure :func:`~.postings.encode_blocks`.
+  pure :func:`~.postings.encode_columns` (numpy columns; :func:`~.postings.encode_blocks` gives
+  the same rows as a dictionary).
 - :mod:`.vectors`: ``embeddings``, the vectors missing, a base's switch of model.
 - :mod:`.counts`: search counts (SPEC F20).
 

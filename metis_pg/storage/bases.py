@@ -147,16 +147,24 @@ def drop_base(conn: psycopg.Connection, name: str) -> None:
         conn.execute("DELETE FROM bases WHERE base_id = %s", (base.base_id,))
 
 
-def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[int], version: int) -> bool:
+def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[int], version: int,
+                   field_weight: int) -> bool:
     """Record that a run re-tokenized `source_ids` whole; return whether the base is now `version`'s.
 
     The base's spec gets ``tokenizer_version`` = `version` once every folder source holding
     documents has been re-read by this version, in this run or earlier ones (``metis index
     --base B`` reads one source per run); the notes and facts source (no folder) does not count.
+    ``field_weight`` (the one the run's terms were made with) is recorded with it.
     """
     row = conn.execute(sqlfiles.load("storage/mark_tokenized"),
-                       {"base_id": base_id, "source_ids": list(source_ids), "version": version}).fetchone()
-    return bool(row and row[0])
+                       {"base_id": base_id, "source_ids": list(source_ids), "version": version,
+                        "field_weight": field_weight}).fetchone()
+    if row is None:
+        return False
+    # Read, then written as a value: Citus refuses the one UPDATE of the reference table with a CASE
+    # of sub-selects of documents (docs/scaling.md).
+    conn.execute(sqlfiles.load("storage/set_spec"), {"base_id": base_id, "spec": Jsonb(row[1])})
+    return bool(row[0])
 
 
 def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:

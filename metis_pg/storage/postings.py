@@ -1,7 +1,8 @@
 """Postings: posting blocks, block lengths and the BM25 statistics they change (migration 0011).
 
-:func:`encode_blocks` is the pure half (terms of chunks → rows); :func:`write_postings` the
-statements. Postings have no foreign key (a check per posting would halve indexing speed):
+:func:`encode_columns` is the pure half (terms of chunks → rows, as numpy columns;
+:func:`encode_blocks` the same rows as a dictionary); :func:`write_postings` the statements, the
+posting rows by one binary COPY whose bytes numpy builds. Postings have no foreign key (a check per posting would halve indexing speed):
 :mod:`.documents` and :mod:`.bases` delete them explicitly wherever a chunk goes.
 """
 
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 from dataclasses import dataclass
 
+import numpy as np
 import psycopg
 
 from .. import sqlfiles
 
-__all__ = ["BLOCK_CHUNKS", "MAX_TF", "PostingRow", "EncodedPostings", "encode_blocks", "write_postings"]
+__all__ = ["BLOCK_CHUNKS", "MAX_TF", "PostingRow", "EncodedPostings", "PostingColumns", "encode_blocks",
+           "encode_columns", "write_postings"]
 
 #: Chunk ids per posting block: chunk_id = block_no * BLOCK_CHUNKS + offset (migration 0011).
 BLOCK_CHUNKS = 256
@@ -29,6 +32,7 @@ MAX_TF = 32767
 # statements, one line each, stay here.
 _COPY_BLOCKS = ("COPY posting_blocks (base_id, term_id, tier, block_no, max_tf, min_length, first_offset,"
                 " offsets, tfs) FROM STDIN")
+_COPY_BLOCKS_BINARY = _COPY_BLOCKS + " (FORMAT BINARY)"
 _COPY_LENGTHS = "COPY block_lengths (base_id, block_no, lengths) FROM STDIN (FORMAT BINARY)"
 
 
@@ -72,50 +76,125 @@ class EncodedPostings:
     terms: int
 
 
-def encode_blocks(chunks: Sequence[tuple[int, Sequence[str]]]) -> EncodedPostings:
-    """Encode new chunks ``(chunk_id, terms)`` as posting-block rows; pure (no database).
+@dataclass(frozen=True, slots=True)
+class PostingColumns:
+    """The rows new chunks add, as columns (:func:`encode_columns`; numpy arrays, one entry per row
+    unless said otherwise).
+
+    Attributes:
+        terms: the distinct terms of the chunks; every ``term`` below indexes this list.
+        term, tier, block_no, max_tf, min_length, first_offset: each row's term (index into
+            ``terms``), tier (0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8+), block number, highest tf,
+            shortest chunk (in terms) and the offset in the block of its first chunk.
+        starts: shape (rows + 1,): row r holds postings ``starts[r]:starts[r + 1]`` of ``offsets``
+            and ``tfs`` (one posting per (term, chunk), ordered by offset within a row).
+        offsets, tfs: shape (postings,): each posting's offset in its block and term frequency
+            (at most :data:`MAX_TF`).
+        document_frequency, term_max_tf, term_min_length: shape (len(terms),): chunks holding each
+            term, its highest tf and the shortest chunk holding it.
+        lengths: ``block_no → [terms of the chunk at each offset]`` (0 where no new chunk is).
+        chunks: chunks encoded. total_terms: terms in them, all counted.
+    """
+
+    terms: list[str]
+    term: np.ndarray
+    tier: np.ndarray
+    block_no: np.ndarray
+    max_tf: np.ndarray
+    min_length: np.ndarray
+    first_offset: np.ndarray
+    starts: np.ndarray
+    offsets: np.ndarray
+    tfs: np.ndarray
+    document_frequency: np.ndarray
+    term_max_tf: np.ndarray
+    term_min_length: np.ndarray
+    lengths: dict[int, list[int]]
+    chunks: int
+    total_terms: int
+
+
+def encode_columns(chunks: Sequence[tuple[int, Sequence[str]]]) -> PostingColumns:
+    """Encode new chunks ``(chunk_id, terms)`` as posting-block rows in columns; pure (no database).
 
     Chunk ids come from whole blocks of their own (:func:`metis_pg.storage.documents.block_chunk_ids`),
-    so every row is new: rows are only inserted, never merged.
+    so every row is new: rows are only inserted, never merged. One Python step per term (its index
+    in a dictionary), the rest in numpy: the (term, chunk) pairs and their counts by one sort of
+    ``term * chunks + chunk``, the rows by one sort of (term, block, tier, offset).
     """
-    # Plain loops and lists: this runs for every posting written; most rows hold one posting
-    # and never get lists.
+    n = len(chunks)
+    flat: list[str] = []
+    extend = flat.extend
+    sizes = np.empty(n, np.int64)
+    chunk_ids = np.empty(n, np.int64)
+    for i, (chunk_id, terms) in enumerate(chunks):
+        chunk_ids[i] = chunk_id
+        sizes[i] = len(terms)
+        extend(terms)
+    terms_list = list(dict.fromkeys(flat))  # in order of first occurrence; C loops from here on
+    index = dict(zip(terms_list, range(len(terms_list))))
+    term_of_flat = np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
+    chunk_of_flat = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    pairs, counts = np.unique(term_of_flat * max(n, 1) + chunk_of_flat, return_counts=True)
+    pair_term, pair_chunk = np.divmod(pairs, max(n, 1))
+    tf = np.minimum(counts, MAX_TF)
+    tier = np.where(tf == 1, 0, np.where(tf < 4, 1, np.where(tf < 8, 2, 3)))
+    block, offset = np.divmod(chunk_ids[pair_chunk], BLOCK_CHUNKS)
+    length = sizes[pair_chunk]
+    n_terms = len(terms_list)
+    # Per term (pairs are in term order already).
+    document_frequency = np.bincount(pair_term, minlength=n_terms)
+    term_starts = np.concatenate(([0], np.cumsum(document_frequency)[:-1])) if n_terms else np.empty(0, np.int64)
+    term_max_tf = np.maximum.reduceat(tf, term_starts) if n_terms else np.empty(0, np.int64)
+    term_min_length = np.minimum.reduceat(length, term_starts) if n_terms else np.empty(0, np.int64)
+    # Rows: postings of one (term, block, tier), by offset: one sort of a key packing the four.
+    first_block = int(block.min()) if len(block) else 0
+    blocks = int(block.max()) - first_block + 1 if len(block) else 1
+    order = np.argsort(((pair_term * blocks + (block - first_block)) * 4 + tier) * BLOCK_CHUNKS + offset)
+    pair_term, block, tier, offset, tf, length = (a[order] for a in (pair_term, block, tier, offset, tf, length))
+    if len(order):
+        new_row = np.empty(len(order), bool)
+        new_row[0] = True
+        new_row[1:] = (pair_term[1:] != pair_term[:-1]) | (block[1:] != block[:-1]) | (tier[1:] != tier[:-1])
+        row_starts = np.flatnonzero(new_row)
+    else:
+        row_starts = np.empty(0, np.int64)
+    starts = np.append(row_starts, len(order))
+    has_rows = len(row_starts) > 0
+    lengths: dict[int, list[int]] = {}
+    for chunk_id, size in zip(chunk_ids.tolist(), sizes.tolist()):
+        b, o = divmod(chunk_id, BLOCK_CHUNKS)
+        row = lengths.setdefault(b, [])
+        if len(row) <= o:
+            row.extend([0] * (o + 1 - len(row)))
+        row[o] = size
+    return PostingColumns(
+        terms_list, pair_term[row_starts], tier[row_starts], block[row_starts],
+        np.maximum.reduceat(tf, row_starts) if has_rows else tf[:0],
+        np.minimum.reduceat(length, row_starts) if has_rows else length[:0],
+        offset[row_starts], starts, offset, tf, document_frequency, term_max_tf, term_min_length,
+        lengths, n, int(sizes.sum()))
+
+
+def encode_blocks(chunks: Sequence[tuple[int, Sequence[str]]]) -> EncodedPostings:
+    """Encode new chunks ``(chunk_id, terms)`` as posting-block rows keyed by (term, tier, block); pure.
+
+    The same rows as :func:`encode_columns` (which the writes use), as a dictionary of :class:`PostingRow`.
+    """
+    c = encode_columns(chunks)
     rows: dict[tuple[str, int, int], PostingRow] = {}
-    document_frequency: Counter[str] = Counter()
-    by_offset: dict[int, dict[int, int]] = {}
-    term_total = 0
-    for chunk_id, terms in chunks:
-        block, offset = divmod(chunk_id, BLOCK_CHUNKS)
-        length = len(terms)
-        term_total += length
-        by_offset.setdefault(block, {})[offset] = length
-        counts = Counter(terms)
-        document_frequency.update(counts.keys())
-        for term, tf in counts.items():
-            if tf > MAX_TF:
-                tf = MAX_TF
-            key = (term, 0 if tf == 1 else 1 if tf < 4 else 2 if tf < 8 else 3, block)
-            row = rows.get(key)
-            if row is None:
-                rows[key] = PostingRow(offset, tf, length)
-            else:
-                if row.offsets is None:
-                    row.offsets, row.tfs = [row.first_offset], [row.max_tf]
-                row.offsets.append(offset)
-                row.tfs.append(tf)
-                if tf > row.max_tf:
-                    row.max_tf = tf
-                if length < row.min_length:
-                    row.min_length = length
-    max_tf: dict[str, int] = {}
-    min_length: dict[str, int] = {}
-    for (term, _tier, _block), row in rows.items():
-        if row.max_tf > max_tf.get(term, 0):
-            max_tf[term] = row.max_tf
-        if row.min_length < min_length.get(term, 1 << 30):
-            min_length[term] = row.min_length
-    lengths = {block: [o.get(i, 0) for i in range(max(o) + 1)] for block, o in by_offset.items()}
-    return EncodedPostings(rows, document_frequency, max_tf, min_length, lengths, len(chunks), term_total)
+    offsets, tfs, starts = c.offsets.tolist(), c.tfs.tolist(), c.starts.tolist()
+    for r, (term, tier, block, max_tf, min_length) in enumerate(zip(
+            c.term.tolist(), c.tier.tolist(), c.block_no.tolist(), c.max_tf.tolist(), c.min_length.tolist())):
+        s, e = starts[r], starts[r + 1]
+        row = PostingRow(offsets[s], max_tf, min_length)
+        if e - s > 1:
+            row.offsets, row.tfs = offsets[s:e], tfs[s:e]
+        rows[(c.terms[term], tier, block)] = row
+    return EncodedPostings(
+        rows, Counter(dict(zip(c.terms, c.document_frequency.tolist()))),
+        dict(zip(c.terms, c.term_max_tf.tolist())), dict(zip(c.terms, c.term_min_length.tolist())),
+        c.lengths, c.chunks, c.total_terms)
 
 
 def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
@@ -123,37 +202,96 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
     """Write the posting blocks, block lengths and BM25 statistics of new chunks ``(chunk_id, terms)``."""
     if not chunks:
         return
-    encoded = encode_blocks(chunks)
-    if encoded.rows:
-        def statistics(terms: list[str]) -> dict[str, Any]:
-            return {"base_id": base_id, "terms": "\n".join(terms),
-                    "dfs": _int_array([encoded.document_frequency[t] for t in terms]),
-                    "max_tfs": _int_array([encoded.max_tf[t] for t in terms]),
-                    "min_lengths": _int_array([encoded.min_length[t] for t in terms])}
+    encoded = encode_columns(chunks)
+    if len(encoded.term):
+        def statistics(indexes: list[int]) -> dict[str, Any]:
+            return {"base_id": base_id, "terms": "\n".join([encoded.terms[i] for i in indexes]),
+                    "dfs": _int_array(encoded.document_frequency[indexes].tolist()),
+                    "max_tfs": _int_array(encoded.term_max_tf[indexes].tolist()),
+                    "min_lengths": _int_array(encoded.term_min_length[indexes].tolist())}
 
         # The terms the base has (updated), then the others (inserted): two statements, as Citus
         # plans no INSERT ... SELECT with a correlated subquery beside a data-modifying CTE.
-        terms = list(encoded.document_frequency)
-        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), statistics(terms)).fetchall())
-        new_terms = [t for t in terms if t not in term_ids]
+        every = list(range(len(encoded.terms)))
+        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), statistics(every)).fetchall())
+        new_terms = [i for i, t in enumerate(encoded.terms) if t not in term_ids]
         if new_terms:
             term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
+        term_id = np.array([term_ids[t] for t in encoded.terms], np.int64)[encoded.term]
         # In primary-key order (term, block, tier): each term's new rows land next to each other in
-        # the index. COPY in text, formatted here: psycopg formats lists in Python, row by row.
-        ordered = sorted(((term_ids[term], block, tier, row) for (term, tier, block), row in encoded.rows.items()),
-                         key=lambda r: r[:3])
-        lines = []
-        for term_id, block, tier, row in ordered:
-            arrays = "\\N\t\\N" if row.offsets is None else f"{_int_array(row.offsets)}\t{_int_array(row.tfs)}"
-            lines.append(f"{base_id}\t{term_id}\t{tier}\t{block}\t{row.max_tf}\t{row.min_length}"
-                         f"\t{row.first_offset}\t{arrays}\n")
-        with cur.copy(_COPY_BLOCKS) as copy:
-            copy.write("".join(lines))
+        # the index. By binary COPY, the stream built in numpy (psycopg formats rows and lists in Python).
+        order = np.lexsort((encoded.tier, encoded.block_no, term_id))
+        with cur.copy(_COPY_BLOCKS_BINARY) as copy:
+            copy.write(_rows_binary(base_id, term_id, encoded, order))
     with cur.copy(_COPY_LENGTHS) as copy:
         copy.set_types(["int4", "int4", "int4[]"])
         for block, block_lengths in encoded.lengths.items():
             copy.write_row((base_id, block, block_lengths))
-    add_totals(conn, base_id, encoded.chunks, encoded.terms)
+    add_totals(conn, base_id, encoded.chunks, encoded.total_terms)
+
+
+#: The fixed part of a ``posting_blocks`` row in COPY's binary format: the field count, then each
+#: field's length and value (big-endian), up to ``first_offset``; the two lists follow, each its
+#: length (-1: NULL) and, for a row of several postings, a one-dimensional smallint array.
+_ROW_HEAD = np.dtype([
+    ("fields", ">i2"), ("base_len", ">i4"), ("base_id", ">i4"), ("term_len", ">i4"), ("term_id", ">i4"),
+    ("tier_len", ">i4"), ("tier", ">i2"), ("block_len", ">i4"), ("block_no", ">i4"),
+    ("max_tf_len", ">i4"), ("max_tf", ">i2"), ("min_length_len", ">i4"), ("min_length", ">i4"),
+    ("first_len", ">i4"), ("first_offset", ">i2"),
+])
+#: An array's header in the binary format: dimensions, has-nulls flag, element type (smallint's
+#: oid, 21), length of its one dimension and its lower bound.
+_ARRAY_HEAD = np.dtype([("ndim", ">i4"), ("nulls", ">i4"), ("oid", ">i4"), ("size", ">i4"), ("lower", ">i4")])
+#: One smallint element: its length (2), its value.
+_ELEMENT = np.dtype([("len", ">i4"), ("value", ">i2")])
+_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, header extension length
+_BINARY_TRAILER = b"\xff\xff"
+
+
+def _row_dtype(postings: int) -> np.dtype:
+    """The binary COPY layout of a ``posting_blocks`` row of `postings` postings: :data:`_ROW_HEAD`,
+    then the two lists, NULL (length -1) for one posting, else each its length, header and elements."""
+    if postings == 1:
+        return np.dtype(_ROW_HEAD.descr + [("offsets_len", ">i4"), ("tfs_len", ">i4")])
+    return np.dtype(_ROW_HEAD.descr + [
+        ("offsets_len", ">i4"), ("offsets_head", _ARRAY_HEAD), ("offsets", _ELEMENT, (postings,)),
+        ("tfs_len", ">i4"), ("tfs_head", _ARRAY_HEAD), ("tfs", _ELEMENT, (postings,)),
+    ])
+
+
+def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np.ndarray) -> bytes:
+    """Return COPY's binary stream (header, rows, trailer) of the rows of `c`, for
+    :data:`_COPY_BLOCKS_BINARY`; `term_id` is each row's term id in the base.
+
+    Rows of the same number of postings share one layout (:func:`_row_dtype`) and are built as one
+    record array each, in `order` within it; the groups follow each other by number of postings.
+    """
+    counts = (c.starts[1:] - c.starts[:-1])[order]
+    parts = [_BINARY_HEADER]
+    for postings in np.unique(counts).tolist():
+        rows = order[counts == postings]
+        out = np.zeros(len(rows), _row_dtype(postings))
+        out["fields"] = 9
+        for name, size in (("base", 4), ("term", 4), ("tier", 2), ("block", 4), ("max_tf", 2), ("min_length", 4),
+                           ("first", 2)):
+            out[f"{name}_len"] = size
+        out["base_id"] = base_id
+        out["term_id"] = term_id[rows]
+        for name in ("tier", "block_no", "max_tf", "min_length", "first_offset"):
+            out[name] = getattr(c, name)[rows]
+        if postings == 1:
+            out["offsets_len"] = out["tfs_len"] = -1
+        else:
+            at = c.starts[rows][:, None] + np.arange(postings)
+            for name, column in (("offsets", c.offsets), ("tfs", c.tfs)):
+                out[f"{name}_len"] = _ARRAY_HEAD.itemsize + _ELEMENT.itemsize * postings
+                head = out[f"{name}_head"]
+                head["ndim"], head["oid"], head["size"], head["lower"] = 1, 21, postings, 1
+                out[name]["len"] = 2
+                out[name]["value"] = column[at]
+        parts.append(out.tobytes())
+    parts.append(_BINARY_TRAILER)
+    return b"".join(parts)
 
 
 def add_totals(conn: psycopg.Connection, base_id: int, chunks: int, terms: int) -> None:

@@ -1,0 +1,115 @@
+"""Indexing without model time, split into the client's CPU and the server's: chunks per CPU-second.
+
+Writes ``--chunks`` chunks of ~1,000 characters (``search_latency.realish_text``, documents of 10
+chunks, titles and headings, random unit vectors given) through ``storage.write_documents`` into a
+new base of a throwaway embedded PostgreSQL, in transactions of each ``--batch`` size in turn (a
+new base each), and prints per batch size:
+
+- wall time and chunks/s (what ``search_latency.py``'s ``indexing_chunks_per_s`` measures);
+- the client's CPU (``time.process_time``; of it, tokenizing: building the ``PendingDocument``s);
+- the server backend's CPU (``/proc/<pid>/schedstat`` of the one connection, Linux only);
+- chunks per CPU-second of both together.
+
+On a machine shared with other work the wall time follows the load; the CPU seconds much less
+(they still grow with it: caches and hyper-threads are shared), so compare figures of one run.
+
+Usage::
+
+    python benchmarks/ingest_cpu.py                         # 10,000 chunks, batches of 500 and 2,000
+    python benchmarks/ingest_cpu.py --chunks 5000 --batch 500 1000 2000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import search_latency as sl  # noqa: E402  (the benchmark's corpus and helpers)
+
+from metis_pg import db, migrate, storage  # noqa: E402
+from metis_pg.config import BaseSpec, Settings  # noqa: E402
+
+
+def backend_cpu_s(pid: int) -> float:
+    """CPU seconds the process `pid` has run (``/proc/<pid>/schedstat``, nanoseconds)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def documents(n_chunks: int, rng: np.random.Generator, w: sl.Words) -> list[tuple]:
+    """``(meta, chunks, vectors)`` of ``n_chunks // 10`` documents, as ``search_latency.indexing_throughput``."""
+    out = []
+    for d in range(max(1, n_chunks // 10)):
+        chunks, offset = [], 0
+        for ordinal in range(10):
+            text = sl.realish_text(rng, w.words, w.cdf, 1000)
+            chunks.append(sl.Chunk(ordinal=ordinal, text=text, title=f"Report {d}",
+                                   headings=(f"Section {ordinal // 3 + 1}",), page=None, line=1 + 6 * ordinal,
+                                   char_start=offset, char_end=offset + len(text)))
+            offset += len(text) + 2
+        meta = storage.DocumentMeta(f"reports/report-{d:05d}.md", f"Report {d}", "md", f"h{d}", offset)
+        out.append((meta, chunks, list(sl.unit_vectors(rng, len(chunks)))))
+    return out
+
+
+def measure(pool, docs: list[tuple], batch_chunks: int) -> dict:
+    """Write `docs` into a new base in transactions of `batch_chunks` chunks; return the figures."""
+    corpus = sl.create_corpus(pool, BaseSpec(), "bench-ingest")
+    with pool.connection() as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    per_batch = max(1, batch_chunks // 10)
+    chunks = sum(len(c) for _, c, _ in docs)
+    server0, client0, wall0, tokenize = backend_cpu_s(pid), time.process_time(), time.perf_counter(), 0.0
+    for i in range(0, len(docs), per_batch):
+        t = time.process_time()
+        batch = [storage.PendingDocument(m, c, v) for m, c, v in docs[i:i + per_batch]]  # tokenizes
+        tokenize += time.process_time() - t
+        with pool.connection() as conn:
+            if conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid:
+                raise RuntimeError("the pool gave another connection: its server CPU would not be counted")
+            storage.write_documents(conn, base_id=corpus.base_id, source_id=corpus.source_id, documents=batch,
+                                    model=corpus.model)
+    wall, client, server = (time.perf_counter() - wall0, time.process_time() - client0,
+                            backend_cpu_s(pid) - server0)
+    with pool.connection() as conn:
+        storage.drop_base(conn, corpus.name)
+    return {"batch_chunks": batch_chunks, "chunks": chunks, "wall_s": round(wall, 2),
+            "chunks_per_s": round(chunks / wall), "client_cpu_s": round(client, 2),
+            "tokenize_cpu_s": round(tokenize, 2), "server_cpu_s": round(server, 2),
+            "chunks_per_cpu_s": round(chunks / (client + server)), "load_avg": round(os.getloadavg()[0], 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, nargs="+", default=[500, 2000], help="chunks per transaction")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    settings = Settings.from_env()
+    dsn = db.embedded_dsn(Path(tempfile.mkdtemp(prefix="metis-ingest-", dir="/var/tmp")) / "pgdata")
+    migrate.upgrade(dsn, settings=settings)
+    pool = db.open_pool(dsn, max_size=1, settings=settings)
+    docs = documents(args.chunks, np.random.default_rng(args.seed), sl.Words.make())
+    results = []
+    for batch in args.batch:
+        r = measure(pool, docs, batch)
+        results.append(r)
+        print(f"batch {r['batch_chunks']:5d}: {r['chunks_per_s']:5d} chunks/s ({r['wall_s']} s wall); CPU client "
+              f"{r['client_cpu_s']} s (tokenizing {r['tokenize_cpu_s']}), server {r['server_cpu_s']} s: "
+              f"{r['chunks_per_cpu_s']} chunks per CPU-second; load {r['load_avg']}", flush=True)
+    pool.close()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
