@@ -174,12 +174,33 @@ class Watcher:
             self._heartbeat(bases, leaving=True)
 
     def _watch(self, bases: Sequence[str], watchfiles) -> None:
+        """Follow the folders there are; when one goes or comes back, follow the ones there are then.
+
+        watchfiles refuses a folder that does not exist (``FileNotFoundError: No path was found``):
+        a folder moved away as the watch started ended `metis watch` with a traceback. With none
+        there, the targets are tried again every ``retry_s`` (each run says "folder gone").
+        """
         last_beat = time.monotonic()
         self._run_pending()
+        while not self.stop_event.is_set():
+            roots = {t.root for t in self.targets if t.root.is_dir()}
+            if not roots:
+                self._state.pending.update(self.targets)
+                self.stop_event.wait(self.retry_s)
+                self._run_pending()
+                continue
+            try:
+                last_beat = self._follow(roots, bases, watchfiles, last_beat)
+            except FileNotFoundError:  # a folder went between the check and the watch's start
+                continue
+
+    def _follow(self, roots: set[Path], bases: Sequence[str], watchfiles, last_beat: float) -> float:
+        """Watch `roots` until stopped, or until the folders there are differ from `roots`; return the
+        time of the last heartbeat."""
         # rust_timeout: the longest the file-event wait blocks (milliseconds); it returns an empty
         # set then, for the heartbeat, retries and the stop request. No polling of the files.
         for changes in watchfiles.watch(
-            *{t.root for t in self.targets}, watch_filter=_relevant, debounce=self.debounce_ms, step=QUIET_MS,
+            *roots, watch_filter=_relevant, debounce=self.debounce_ms, step=QUIET_MS,
             stop_event=self.stop_event, rust_timeout=int(min(self.heartbeat_s, self.retry_s) * 1000),
             yield_on_timeout=True, raise_interrupt=True, recursive=True,
         ):
@@ -193,6 +214,11 @@ class Watcher:
                 self._heartbeat(bases)
                 last_beat = time.monotonic()
             self._run_pending()
+            there = {t.root for t in self.targets if t.root.is_dir()}
+            if there != roots:  # a folder went (or is back: a new folder, maybe): follow the ones there are
+                self._state.pending.update(t for t in self.targets if t.root in there - roots)
+                break
+        return last_beat
 
     def _targets_touched(self, paths: Iterable[str]) -> set[Watched]:
         touched: set[Watched] = set()

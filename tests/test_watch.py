@@ -191,3 +191,48 @@ def test_a_text_the_model_refuses_does_not_keep_the_watch_running_again(metis, b
             assert running.watcher.runs == runs
     finally:
         refusing.close()
+
+
+def test_metis_watch_says_a_folder_is_gone_once_not_at_every_retry(dsn, base_name, kb, tmp_path):
+    """A watched folder moved away is retried every 5 s; `metis watch` said so at each retry (six lines
+    in 25 s, forever): now once, then the run that indexes it again once it is back."""
+    proc = subprocess.Popen([str(METIS_SCRIPT), "watch", str(kb), "--base", base_name, "--dsn", dsn,
+                             "--debounce-ms", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    away = tmp_path / "away"
+    try:
+        assert "watching" in proc.stdout.readline()
+        kb.rename(away)
+        time.sleep(13)  # the first run and at least two retries (retry_s = 5)
+        away.rename(kb)
+        (kb / "tern.txt").write_text("Terns dive for sand eels.")
+        time.sleep(8)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    gone = [line for line in out.splitlines() if "folder gone" in line]
+    assert len(gone) == 1, (out, err)
+    assert "1 new" in out.split(gone[0], 1)[1], (out, err)  # indexed again once back
+
+
+def test_metis_watch_follows_a_folder_deleted_and_made_again(metis, dsn, base_name, kb):
+    """A watched folder deleted and made again (a new inode: `rm -rf`, a fresh checkout) was never
+    followed again: the first file was indexed by the retry, every later change was missed."""
+    proc = subprocess.Popen([str(METIS_SCRIPT), "watch", str(kb), "--base", base_name, "--dsn", dsn,
+                             "--debounce-ms", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "watching" in proc.stdout.readline()
+        time.sleep(3)
+        shutil.rmtree(kb)
+        time.sleep(3)
+        kb.mkdir()
+        (kb / "petrel.txt").write_text("Petrels skim the waves.")
+        wait_for(lambda: documents(metis, base_name) == {"petrel.txt"}, "the folder made again, indexed")
+        (kb / "shag.txt").write_text("Shags dry their wings on the rocks.")
+        wait_for(lambda: documents(metis, base_name) == {"petrel.txt", "shag.txt"}, "a later change, followed",
+                 timeout_s=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err, (out, err)

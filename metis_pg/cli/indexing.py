@@ -227,13 +227,19 @@ def watch(
     r = renderer(ctx)
     r.choose(json=as_json)
 
+    said: dict[tuple[str, str], str] = {}  # the error last printed for each folder: said once, not every retry
+
     def on_report(target, report, error) -> None:
+        key = (target.base, target.source)
         if as_json:  # one JSON object per run, as it happens
             print(json_module.dumps({"base": target.base, "source": target.source, "folder": str(target.root),
                                      "report": report.to_dict() if report else None, "error": error}), flush=True)
         elif error:
-            r.line(f"{target.base}:{target.source}: not indexed: {error}")
-        elif report.read or report.deleted or report.failed or report.warnings or report.chunks_embedded:
+            if said.get(key) != error:
+                said[key] = error
+                r.line(f"{target.base}:{target.source}: not indexed: {error}")
+        elif (said.pop(key, None) is not None  # the first run after an error: say it indexes again
+              or report.read or report.deleted or report.failed or report.warnings or report.chunks_embedded):
             r.report(report)
 
     stop_on_sigterm()
