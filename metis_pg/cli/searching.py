@@ -70,7 +70,7 @@ def search(
                                                             "each passage came up.")] = False,
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="DENSE:KEYWORD weights of the legs in the fusion, e.g. 1.5:1 "
-                          "(default: the base's, 2:1 unless set at creation).")] = None,
+                          "(default: the base's, 1.3:0.7 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {SPEC.rrf_k} unless set at creation).")] = None,
     fusion_function: Annotated[Optional[str], typer.Option(
