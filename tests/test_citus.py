@@ -466,3 +466,30 @@ def test_watch_mode_follows_a_folder_on_the_cluster(m, hash_url, tmp_path):
         m.drop_base("watched")
 
     assert watching and not thread.is_alive()
+
+
+def test_field_weights_and_re_tokenizing_a_base_on_the_cluster(m, hash_url, tmp_path):
+    # Issue 20's fields: heading-path words weigh field_weight times in BM25 (index time); a base whose
+    # spec asks for another weight than its postings were made with is re-tokenized by the next index.
+    corpus = {
+        "leave.md": "# Handbook\n\n## Vacation\n\nEmployees ask their manager two weeks ahead. The request names"
+                    " the first and last day, and the manager answers within three working days.\n",
+        "travel.md": "# Travel\n\nBook trains through the portal. A vacation rental is never reimbursed.\n",
+        "other.md": "# Printers\n\nThe printer on the second floor prints again.\n",
+    }
+    folder = write_corpus(tmp_path / "fields", corpus)
+    m.create_base("fields", embedding_model="hash-words", embedding_url=hash_url, embedding_dim=hash_embedder.DIM,
+                  field_weight=1)
+    try:
+        m.index("fields", folder)
+        flat = m.search("fields", "vacation", mode="keyword").results[0].citation.document
+        sql("UPDATE bases SET spec = (spec - 'field_weight') || '{\"tokenizer_version\": 1, \"field_weight\": 3}'"
+            " WHERE name = 'fields'")
+        again = m.index("fields", folder)
+        weighted = m.search("fields", "vacation", mode="keyword")
+    finally:
+        m.drop_base("fields")
+
+    assert flat == "travel.md"
+    assert (again.changed, again.chunks_embedded) == (3, 0)  # re-tokenized, every vector reused
+    assert weighted.results[0].citation.document == "leave.md" and weighted.warnings == ()

@@ -283,3 +283,26 @@ def test_mcp_filters(dsn, base):
             assert found["results"][0]["tags"] == ["hr", "draft"] and found["results"][0]["author"] == "Bob"
 
     anyio.run(session)
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_authors_filter_finds_every_author_of_a_list(metis, tmp_path, mode):
+    """`authors: [Bo, Cy]`: `--author Cy` keeps the document too, not only its first author.
+
+    Before, the filter compared the first author only (``documents.author``), so a document's second
+    author found nothing while ``--meta authors=Cy`` found it.
+    """
+    folder = write_corpus(tmp_path / "kb", {
+        "runbook.md": "---\ntitle: Router runbook\nauthors: [Bo, Cy]\n---\n# Router\n\nReset the router on error E4021.\n",
+        "other.md": "---\nauthor: Dee\n---\n# Other\n\nThe router of the other office.\n",
+    })
+    name = f"t-authors-{uuid.uuid4().hex[:8]}"
+    metis.index(name, folder)
+    try:
+        assert documents_of(metis, name, "router", mode, authors=["Bo"]) == {"runbook.md"}
+        assert documents_of(metis, name, "router", mode, authors=["Cy"]) == {"runbook.md"}
+        assert documents_of(metis, name, "router", mode, authors=["Cy", "Dee"]) == {"runbook.md", "other.md"}
+        assert documents_of(metis, name, "router", mode, authors=["Ed"]) == set()
+        assert [d.document for d in metis.documents(name, filters={"authors": ["Cy"]})] == ["runbook.md"]
+    finally:
+        metis.drop_base(name)

@@ -159,7 +159,12 @@ def mark_tokenized(conn: psycopg.Connection, base_id: int, source_ids: Sequence[
     row = conn.execute(sqlfiles.load("storage/mark_tokenized"),
                        {"base_id": base_id, "source_ids": list(source_ids), "version": version,
                         "field_weight": field_weight}).fetchone()
-    return bool(row and row[0])
+    if row is None:
+        return False
+    # Read, then written as a value: Citus refuses the one UPDATE of the reference table with a CASE
+    # of sub-selects of documents (docs/scaling.md).
+    conn.execute(sqlfiles.load("storage/set_spec"), {"base_id": base_id, "spec": Jsonb(row[1])})
+    return bool(row[0])
 
 
 def set_status(conn: psycopg.Connection, base_id: int, status: str, *, indexed: bool = False) -> None:

@@ -7,7 +7,11 @@
 -- The spec's field_weight (the weight the run's terms were made with) is recorded with the version.
 -- Parameters: %(base_id)s int, %(source_ids)s int[] (the sources the run read whole), %(version)s int,
 -- %(field_weight)s int.
--- Returns: one row, done = whether the version was recorded.
+-- Returns: one row: done = whether the version is recorded, spec = the base's spec to write
+-- (storage/set_spec.sql). A read, then a write of that value: Citus refuses the UPDATE of the
+-- reference table bases with a CASE of sub-selects reading documents, a distributed table
+-- ("non-IMMUTABLE functions are not allowed in CASE or COALESCE statements"); the indexer's lock
+-- on the base keeps another run from writing its spec in between.
 WITH previous AS (
     SELECT CASE WHEN (b.spec->'retokenizing'->>'version')::int = %(version)s::int
                 THEN b.spec->'retokenizing'->'sources' ELSE '[]'::jsonb END AS sources
@@ -32,13 +36,13 @@ complete AS (
           AND NOT (d.source_id = ANY((SELECT ids FROM read_so_far)::int[]))
     ) AS done
 )
-UPDATE bases AS b
-SET spec = CASE
-    WHEN (SELECT done FROM complete)
-        THEN jsonb_set(jsonb_set(b.spec - 'retokenizing', '{tokenizer_version}', to_jsonb(%(version)s::int)),
-                       '{field_weight}', to_jsonb(%(field_weight)s::int))
-    ELSE jsonb_set(b.spec, '{retokenizing}',
-                   jsonb_build_object('version', %(version)s::int, 'sources', to_jsonb((SELECT ids FROM read_so_far))))
-END
+SELECT (SELECT done FROM complete) AS done,
+       CASE WHEN (SELECT done FROM complete)
+            THEN jsonb_set(jsonb_set(b.spec - 'retokenizing', '{tokenizer_version}', to_jsonb(%(version)s::int)),
+                           '{field_weight}', to_jsonb(%(field_weight)s::int))
+            ELSE jsonb_set(b.spec, '{retokenizing}',
+                           jsonb_build_object('version', %(version)s::int,
+                                              'sources', to_jsonb((SELECT ids FROM read_so_far))))
+       END AS spec
+FROM bases AS b
 WHERE b.base_id = %(base_id)s
-RETURNING (SELECT done FROM complete) AS done
