@@ -218,8 +218,9 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
         if new_terms:
             term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
         term_id = np.array([term_ids[t] for t in encoded.terms], np.int64)[encoded.term]
-        # In primary-key order (term, block, tier): each term's new rows land next to each other in
-        # the index. By binary COPY, the stream built in numpy (psycopg formats rows and lists in Python).
+        # In primary-key order (term, block, tier) within each group of rows of the same number of
+        # postings (_rows_binary builds a group at a time), so not one ordered stream. By binary COPY,
+        # the stream built in numpy (psycopg formats rows and lists in Python).
         order = np.lexsort((encoded.tier, encoded.block_no, term_id))
         with cur.copy(_COPY_BLOCKS_BINARY) as copy:
             copy.write(_rows_binary(base_id, term_id, encoded, order))
