@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import db, storage
 from ..disk_space import BYTES_PER_CHUNK, DiskGuard
+from ..errors import DiskFull
 from ..results import FailedDocument
 
 __all__ = ["BATCH_CHUNKS", "BATCH_SECONDS", "Batch", "Run"]
@@ -31,11 +32,13 @@ class Run:
 
 
 #: A batch of documents is written (one transaction) once it holds this many chunks,
-#: its maximum of documents, or its first document has waited this many seconds. Larger batches
-#: cost less CPU per chunk (2,000: ~25% less than 500, docs/performance.md 2026-12-04), but the disk
-#: guard reserves disk_space.BYTES_PER_CHUNK for every chunk of a batch before writing it, so on a
-#: small disk a larger batch stops indexing sooner (tests/test_full_disk.py): 500 kept.
-BATCH_CHUNKS = 500
+#: its maximum of documents, or its first document has waited this many seconds. Chosen by
+#: measurement (benchmarks/ingest_cpu.py, docs/performance.md 2026-12-04 "batches the disk can
+#: take"): every batch updates the BM25 statistics of each of its terms once, so larger batches
+#: cost less CPU per chunk; past ~2,000 chunks the wall time grows again. A batch the disk guard
+#: cannot fit is written in smaller transactions (:meth:`Batch.write`), so a small disk does not
+#: stop indexing sooner.
+BATCH_CHUNKS = 2000
 BATCH_SECONDS = 1.0
 
 
@@ -79,12 +82,41 @@ class Batch:
             self.write()
 
     def write(self) -> None:
-        """Write the queued documents in one transaction."""
-        if not self._pending:
-            return
-        if self._guard is not None:  # DISK_FULL before PostgreSQL runs out of space (metis_pg.disk_space)
-            self._guard.check_pool(self._pool, self._chunks * BYTES_PER_CHUNK)
-        with self._pool.connection() as conn:
-            storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
-                                    documents=self._pending, model=self._model)
-        self._pending, self._chunks = [], 0
+        """Write the queued documents in one transaction, or in several when the disk cannot take them all.
+
+        The disk guard estimates the whole batch (:data:`~metis_pg.disk_space.BYTES_PER_CHUNK` per
+        chunk); when that would eat into the margin, the first half of the documents is tried, and
+        so on: what fits is written, then the rest is asked for again (the free space measured again).
+        A single document that does not fit stops the run with ``DISK_FULL``: every document written
+        before it is kept, and it and the documents after it are still new or changed, so the next
+        ``metis index`` reads them again (nothing is lost).
+
+        Raises:
+            DiskFull: the next document does not fit (metis_pg.disk_space).
+        """
+        while self._pending:
+            n = self._fitting()
+            with self._pool.connection() as conn:
+                storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
+                                        documents=self._pending[:n], model=self._model)
+            self._chunks -= sum(len(d.chunks) for d in self._pending[:n])
+            self._pending = self._pending[n:]
+
+    def _fitting(self) -> int:
+        """How many of the queued documents, from the first, the disk guard lets one transaction write:
+        all of them, else the first half, quarter, ... (one check each).
+
+        Raises:
+            DiskFull: not even the first document fits.
+        """
+        n = len(self._pending)
+        if self._guard is None:  # DISK_FULL before PostgreSQL runs out of space (metis_pg.disk_space)
+            return n
+        while True:
+            try:
+                self._guard.check_pool(self._pool, sum(len(d.chunks) for d in self._pending[:n]) * BYTES_PER_CHUNK)
+                return n
+            except DiskFull:
+                if n == 1:
+                    raise
+                n //= 2
