@@ -1,7 +1,7 @@
 """vector_notes read on behalf of principals: granted to metis_search, under row-level security
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-04
 
 Issue 21, part 2: the Bases page of the console, ``GET /bases`` and MCP ``list_bases`` / ``status``
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0021"
-down_revision: str | None = "0020"
+revision: str = "0022"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
