@@ -30,7 +30,6 @@ from .options import (
     open_metis,
     principals_option,
 )
-from .progress import count_bar
 from .render import SPEC, renderer
 from .root import app
 
@@ -297,6 +296,8 @@ def eval_command(
 
     Example: metis eval ../shared/data/cranfield
     """
+    from .progress import count_bar  # rich
+
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m, count_bar(r, None, quiet=as_json) as bar:
