@@ -35,11 +35,11 @@ class Run:
 
 #: A batch of documents is written (one transaction) once it holds this many chunks,
 #: its maximum of documents, or its first document has waited this many seconds. Chosen by
-#: measurement (benchmarks/ingest_cpu.py, docs/performance.md 2026-12-04 "batches the disk can
-#: take"): every batch updates the BM25 statistics of each of its terms once, so larger batches
-#: cost less CPU per chunk; past ~2,000 chunks the wall time grows again. A batch the disk guard
-#: cannot fit is written in smaller transactions (:meth:`Batch.write`), so a small disk does not
-#: stop indexing sooner.
+#: measurement (benchmarks/ingest_cpu.py; docs/performance.md, "Batches of 2,000 chunks written
+#: while the next are read"): every batch updates the BM25 statistics of each of its terms once, so
+#: larger batches cost less CPU per chunk; past ~2,000 chunks the wall time grows again. A batch the
+#: disk guard cannot fit is written in smaller transactions (:meth:`Batch._write`), so a small disk
+#: does not stop indexing sooner.
 BATCH_CHUNKS = 2000
 BATCH_SECONDS = 1.0
 
