@@ -86,3 +86,34 @@ def test_the_command_exits_fast_and_still_stops_the_server_it_started():
     finally:
         subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
+
+
+#: Run by the test below in a new process: ``metis ARGS`` as the console script runs it, counting the garbage
+#: collector's passes (gc.callbacks) from the call of the script's function (after ``import metis_pg.cli``) to
+#: the exit, printed on stderr.
+COUNT_COLLECTIONS = r"""
+import atexit, gc, sys
+passes = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and passes.append(info["generation"]))
+sys.argv = ["metis", *sys.argv[1:]]
+import metis_pg.cli
+before = len(passes)
+atexit.register(lambda: sys.stderr.write(f"COLLECTIONS {len(passes) - before}\n"))
+metis_pg.cli.script()
+"""
+
+
+def test_a_search_runs_without_the_garbage_collector_and_gives_it_back_in_process(dsn, indexed):
+    # ~130 collections while a search imported its modules, 40-70 ms of CPU at load 10 (issue 25).
+    done = subprocess.run([sys.executable, "-c", COUNT_COLLECTIONS, "search", indexed, "red button", "--mode",
+                           "keyword", "--json", "--dsn", dsn], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["results"][0]["citation"]["document"] == "router.txt"
+    assert re.search(r"^COLLECTIONS 0$", done.stderr, re.M), done.stderr[-500:]
+    # A caller in the same process (the tests, a script calling metis_pg.cli.main) gets it back on.
+    import gc
+
+    assert gc.isenabled()
+    assert run_cli("search", indexed, "red button", "--mode", "keyword", "--json", "--dsn", dsn).code == 0
+    assert run_cli("search", "no-such-base", "red button", "--json", "--dsn", dsn).code == 4
+    assert gc.isenabled()
