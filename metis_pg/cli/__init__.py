@@ -47,41 +47,45 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-#: Commands that answer and end (no server, watch, indexing or bars): Python's cyclic garbage collector stays
-#: off for their run (:func:`main`).
+#: Commands that answer and end (no server, watch, indexing or bars): the console script sets their process up
+#: for a short life (:func:`one_shot_process`).
 ONE_SHOT = ("search", "get", "ls", "status")
 
 
 def main() -> None:
-    """Entry point of the ``metis`` console script (:func:`metis_pg.cli.root.main`).
-
-    A command of :data:`ONE_SHOT` runs with the cyclic garbage collector off (``gc.disable``; restored
-    when it returns, for a caller in the same process): the ~130 collections Python runs while
-    importing a search's ~520 modules scan objects that all live until the process ends, 40-70 ms of
-    CPU at load 10 (``gc.callbacks``, issue 25); what such a command leaves in cycles is freed by its exit.
-    """
+    """Entry point of the ``metis`` console script (:func:`metis_pg.cli.root.main`)."""
     if sys.argv[1:] == ["--version"]:  # the one answer that needs no command tree
         from importlib.metadata import version
 
         sys.stdout.write(f"metis_pg {version('metis_pg')}\n")
         return
+    _app()
+    from .root import main as run
+
+    run()
+
+
+def one_shot_process() -> bool:
+    """Set this process up for a command of :data:`ONE_SHOT` (the first argument); return whether it is one.
+
+    The console script calls it first (before any import of numpy), for a process that ends with the
+    command (issue 25, ``benchmarks/cli_startup.py``):
+
+    - the cyclic garbage collector is turned off (``gc.disable``) to the exit: the ~140 collections Python
+      ran while a search imported its ~520 modules scanned objects that all live until the end, 40-70 ms of
+      CPU at load 10 (``gc.callbacks``); what the command leaves in cycles is freed by its exit;
+    - OpenBLAS (numpy's) starts no thread pool (``OPENBLAS_NUM_THREADS=1``, unless set): a question's vector
+      needs no parallel linear algebra, and starting the pool made ``import numpy`` 60 → 80 ms of CPU and
+      ~120 → ~250 ms of wall time at load 6.
+    """
+    if not (len(sys.argv) > 1 and sys.argv[1] in ONE_SHOT):
+        return False
     import gc
+    import os
 
-    paused = gc.isenabled() and _one_shot()
-    if paused:
-        gc.disable()
-    try:
-        _app()
-        from .root import main as run
-
-        run()
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _one_shot() -> bool:
-    return len(sys.argv) > 1 and sys.argv[1] in ONE_SHOT
+    gc.disable()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return True
 
 
 def script() -> None:
@@ -92,12 +96,10 @@ def script() -> None:
     process that is ending anyway. The exit handlers still run (the embedded server's, the search
     counts', the model workers', logging's) and stdout and stderr are flushed first; with a thread
     still running (not a daemon) the ordinary exit waits for it as always. :func:`main` alone (the
-    tests call it in their own process) ends with ``SystemExit`` as before.
+    tests call it in their own process) ends with ``SystemExit`` as before. A command of
+    :data:`ONE_SHOT` runs in a process set up by :func:`one_shot_process`.
     """
-    if _one_shot():  # off until the process ends (main would turn it on again for its return)
-        import gc
-
-        gc.disable()
+    one_shot_process()
     try:
         main()
         code: object = 0
