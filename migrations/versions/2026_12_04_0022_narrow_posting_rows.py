@@ -64,7 +64,7 @@ ORDER BY base_id, block_no, term_id, tier
 """
 NEW_KEY = "(base_id, term_id, block_no, max_tf)"
 
-#: The rows of revision 0011 to 0020.
+#: The rows of revisions 0011 to 0021.
 OLD_TABLE = """
 CREATE TABLE posting_blocks (
     base_id      integer NOT NULL,
