@@ -1,4 +1,5 @@
-"""Postings: posting blocks, block lengths and the BM25 statistics they change (migration 0011).
+"""Postings: posting blocks, block lengths and the BM25 statistics they change (migration 0011; rows
+without a tier column, and without tfs when every posting has the row's max_tf: migration 0022).
 
 :func:`encode_columns` is the pure half (terms of chunks → rows, as numpy columns;
 :func:`encode_blocks` the same rows as a dictionary); :func:`write_postings` the statements, the
