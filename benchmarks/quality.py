@@ -9,10 +9,12 @@ statement's routing figures (share of absent words, best BM25 / bound). Everythi
 computed from those candidates (``--candidates`` keeps them; ``--from-candidates`` re-reads them
 without a database), so no corpus is embedded twice:
 
-- keyword (the keyword leg's order), dense (the dense leg's), hybrid RRF 1:1, the old default
-  (weighted RRF 2:1), each fusion function of :mod:`metis_pg.fusion` at each dense share;
-- **the protocol**: a setting is (fusion function, dense share, routing shifts of
-  :mod:`metis_pg.routing`). For each set S (sets over one corpus are left out together), the
+- keyword (the keyword leg's order), dense (the dense leg's), hybrid RRF 1:1, the code's default
+  (``BaseSpec()``), each fusion function of :mod:`metis_pg.fusion` at each dense share;
+- each question is asked twice, with copies of one text collapsed in each leg and without
+  (``retrieval.run_search(collapse_copies=)``), so that too is part of a setting;
+- **the protocol**: a setting is (fusion function, dense share, copies collapsed or not, routing
+  shifts of :mod:`metis_pg.routing`). For each set S (sets over one corpus are left out together), the
   setting that maximizes the mean over the OTHER sets of their nDCG@10 is fitted, then scored on
   S: the "held-out" row. The setting fitted on all sets is what the code's defaults are
   (``BaseSpec``, ``routing.SHIFTS``); its own rows are marked in-sample.
@@ -24,6 +26,7 @@ Usage::
 
     METIS_HOME=/work/quality-home python benchmarks/quality.py --candidates cands.json   # asks the database
     python benchmarks/quality.py --from-candidates cands.json --json cv.json             # CV only, no database
+    python benchmarks/quality.py --from-candidates cands.json --questions qmd-eval-docs  # who loses, and where
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -114,6 +117,15 @@ def collect(m: metis_pg.Metis, spec: SetSpec, eval_set: evaluation.EvalSet) -> l
     cached.prefill([query_syntax.parse(q.question).text for q in eval_set.queries])
     out = []
     for q in eval_set.queries:
+        out.append(_ask(m, row, base_spec, cached, q))
+    return out
+
+
+def _ask(m: metis_pg.Metis, row: Any, base_spec: BaseSpec, cached: evaluation.CachedQueries,
+         q: evaluation.EvalQuery) -> dict[str, Any]:
+    """One question's candidates, copies kept (``cands``) and collapsed (``cands_collapsed``)."""
+    answers = {}
+    for collapse in (False, True):
         # As a search asks it: a quoted phrase keeps only the chunks holding it, -word drops chunks.
         parsed = query_syntax.parse(q.question)
         vector = cached.embed_queries([parsed.text])[0]
@@ -124,17 +136,18 @@ def collect(m: metis_pg.Metis, spec: SetSpec, eval_set: evaluation.EvalSet) -> l
                 conn, base_ids=[row.base_id], model=base_spec.fingerprint, query_embedding=vector,
                 terms=query_terms(parsed.text), top_k=2 * retrieval.leg_limit(10), legs_top_k=10,
                 filters=retrieval.Filters(), k1=base_spec.k1, b=base_spec.b, only_chunks=only,
-                exclude_terms=parsed.excluded)
-        out.append({
-            "id": q.query_id, "question": q.question, "type": q.type,
-            "judgments": [[j.document, j.grade, j.line, j.page] for j in q.judgments],
-            "absent": found[0].absent_share if found else 0.0, "ratio": found[0].bm25_ratio if found else 1.0,
-            "features": routing.features(q.question).fired(),
-            "cands": [[c.dense, c.dense_rank, c.keyword, c.keyword_rank, c.chunk_id, c.document, c.line, c.page]
-                      for c in found],
-            "ms": (time.perf_counter() - t0) * 1000,
-        })
-    return out
+                exclude_terms=parsed.excluded, collapse_copies=collapse)
+        answers[collapse] = (found, (time.perf_counter() - t0) * 1000)
+    found, ms = answers[False]
+    return {
+        "id": q.query_id, "question": q.question, "type": q.type,
+        "judgments": [[j.document, j.grade, j.line, j.page] for j in q.judgments],
+        "absent": found[0].absent_share if found else 0.0, "ratio": found[0].bm25_ratio if found else 1.0,
+        "features": routing.features(q.question).fired(),
+        **{key: [[c.dense, c.dense_rank, c.keyword, c.keyword_rank, c.chunk_id, c.document, c.line, c.page]
+                 for c in answers[collapse][0]] for key, collapse in (("cands", False), ("cands_collapsed", True))},
+        "ms": ms, "ms_collapsed": answers[True][1],
+    }
 
 
 # -- scoring ------------------------------------------------------------------------------------
@@ -146,39 +159,52 @@ class Question:
         self.id, self.type, self.question = data["id"], data["type"], data["question"]
         self.judgments = [evaluation.Judgment(d, g, line=l, page=p) for d, g, l, p in data["judgments"]]
         self.grades = {j.unit: j.grade for j in self.judgments}
-        self.cands = [tuple(c[:5]) for c in data["cands"]]
-        self.keys = [(c[5], c[4], c[6], c[7]) for c in data["cands"]]
+        # Per variant (copies collapsed or not): the candidates, and the units they are judged by.
+        # A file of an earlier run has no collapsed candidates: both variants are then the same.
+        lists = {False: data["cands"], True: data.get("cands_collapsed", data["cands"])}
+        self.collapsed_known = "cands_collapsed" in data
+        self.variants = {v: [tuple(c[:5]) for c in cs] for v, cs in lists.items()}
+        self.variant_keys = {v: [(c[5], c[4], c[6], c[7]) for c in cs] for v, cs in lists.items()}
+        self.cands, self.keys = self.variants[False], self.variant_keys[False]
         self.absent, self.ratio = data["absent"] or 0.0, data["ratio"] if data["ratio"] is not None else 1.0
         self.features = set(data["features"])
         self._cache: dict[tuple, tuple[float, float, float]] = {}
 
-    def metrics(self, order: list[int]) -> tuple[float, float, float]:
-        units = evaluation.ranked_units([self.keys[i] for i in order], self.judgments)
+    def metrics(self, order: list[int], collapse: bool = False) -> tuple[float, float, float]:
+        keys = self.variant_keys[collapse]
+        units = evaluation.ranked_units([keys[i] for i in order], self.judgments)
         return (evaluation.ndcg_at_k(units, self.grades, 10), evaluation.recall_at_k(units, self.grades, 10),
                 evaluation.mrr_at_k(units, self.grades, 10))
 
-    def leg(self, which: int) -> tuple[float, float, float]:
+    def leg(self, which: int, collapse: bool = False) -> tuple[float, float, float]:
         """A leg alone: its own order (index 1 dense rank, 3 keyword rank)."""
-        ranked = sorted((c[which], i) for i, c in enumerate(self.cands) if c[which])
-        return self.metrics([i for _, i in ranked])
+        ranked = sorted((c[which], i) for i, c in enumerate(self.variants[collapse]) if c[which])
+        return self.metrics([i for _, i in ranked], collapse)
 
-    def fused(self, function: str, share: float, weight_sum: float = 2.0) -> tuple[float, float, float]:
-        key = (function, share, weight_sum)
+    def order(self, function: str, share: float, weight_sum: float = 2.0, collapse: bool = False) -> list[int]:
+        """The candidates' indexes in fused order (ties by chunk_id, as the statement)."""
+        cands = self.variants[collapse]
+        name, norm = ("rrf", "tmm") if function == "rrf" else ("convex", function)
+        scores = fusion.fuse(cands, name, share, normalization=norm, rrf_k=60, weight_sum=weight_sum)
+        return sorted(range(len(cands)), key=lambda i: (-scores[i], cands[i][4]))
+
+    def fused(self, function: str, share: float, weight_sum: float = 2.0,
+              collapse: bool = False) -> tuple[float, float, float]:
+        key = (function, share, weight_sum, collapse)
         if key not in self._cache:
-            name, norm = ("rrf", "tmm") if function == "rrf" else ("convex", function)
-            scores = fusion.fuse(self.cands, name, share, normalization=norm, rrf_k=60, weight_sum=weight_sum)
-            order = sorted(range(len(self.cands)), key=lambda i: (-scores[i], self.cands[i][4]))
-            self._cache[key] = self.metrics(order)
+            self._cache[key] = self.metrics(self.order(function, share, weight_sum, collapse), collapse)
         return self._cache[key]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """A fusion setting: function (rrf, tmm, minmax), dense share, and routing shifts (empty: off)."""
+    """A fusion setting: function (rrf, tmm, minmax), dense share, copies collapsed in each leg or
+    not, and routing shifts (empty: off)."""
 
     function: str
     share: float
     shifts: tuple[tuple[str, float], ...] = ()
+    collapse: bool = False
 
     def share_for(self, q: Question) -> float:
         if not self.shifts:
@@ -194,12 +220,20 @@ class Setting:
         share = self.share_for(q)
         if not exact:  # fitting: the nearest share of the grid (cached)
             share = min(SHARES, key=lambda g: abs(g - share))
-        return q.fused(self.function, share)
+        return q.fused(self.function, share, collapse=self.collapse)
 
     def describe(self) -> str:
         base = f"{'RRF' if self.function == 'rrf' else 'CC ' + self.function.upper()} share {self.share:.2f}"
+        base += ", copies collapsed" if self.collapse else ""
         routed = ", ".join(f"{k} {v:+.1f}" for k, v in self.shifts if v)
         return base + (f", routed ({routed})" if routed else "")
+
+
+def default_setting() -> Setting:
+    """The code's default: a new base's fusion (``BaseSpec()``), unrouted."""
+    spec = BaseSpec()
+    return Setting("rrf" if spec.fusion == "rrf" else spec.normalization, fusion.base_share(spec),
+                   collapse=bool(getattr(spec, "collapse_copies", False)))
 
 
 def set_mean(qs: list[Question], setting: Setting, exact: bool = False) -> float:
@@ -214,7 +248,9 @@ def objective(sets: dict[str, list[Question]], setting: Setting) -> float:
 def fit(sets: dict[str, list[Question]], routed: bool = True) -> Setting:
     """The setting of best :func:`objective` on `sets`: function and share over the grid, then the
     routing shifts feature by feature (two sweeps), each kept only when it gains :data:`MIN_GAIN`."""
-    best = max((Setting(f, s) for f in FUNCTIONS for s in SHARES), key=lambda st: objective(sets, st))
+    collapses = (False, True) if all(q.collapsed_known for qs in sets.values() for q in qs) else (False,)
+    best = max((Setting(f, s, (), c) for c in collapses for f in FUNCTIONS for s in SHARES),
+               key=lambda st: objective(sets, st))
     best_value = objective(sets, best)
     if not routed:
         return best
@@ -224,7 +260,7 @@ def fit(sets: dict[str, list[Question]], routed: bool = True) -> Setting:
             for value in SHIFT_GRID:
                 trial = dict(shifts, **{name: value})
                 for share in SHARES:  # the base share moves with the shifts
-                    cand = Setting(best.function, share, tuple(trial.items()))
+                    cand = Setting(best.function, share, tuple(trial.items()), best.collapse)
                     v = objective(sets, cand)
                     if v > best_value + MIN_GAIN:
                         best, best_value, shifts = cand, v, trial
@@ -256,14 +292,18 @@ def report(sets: dict[str, list[Question]], groups: dict[str, str], commands: di
             if groups[n] == group:
                 held_out[n] = chosen
         err.print(f"without {group}: {chosen.describe()}")
+    default = default_setting()
+    kept, collapsed = replace(default, collapse=False), replace(default, collapse=True)
     baselines = {"keyword": lambda q: q.leg(3), "dense": lambda q: q.leg(1),
-                 "RRF 1:1": lambda q: q.fused("rrf", 0.5), "RRF 2:1 (old default)": lambda q: q.fused("rrf", 2 / 3)}
+                 "RRF 1:1": lambda q: q.fused("rrf", 0.5),
+                 "default, copies kept": lambda q: kept.score(q, exact=True),
+                 "default, copies collapsed": lambda q: collapsed.score(q, exact=True)}
     rows: dict[str, Any] = {}
-    lines = ["| set | questions | keyword | dense | RRF 1:1 | RRF 2:1 (old default) | **held-out CV choice** | "
-             "chosen on the other sets | fitted on all (in-sample) |",
-             "|---|---:|---|---|---|---|---|---|---|"]
-    type_lines = ["| set | type | questions | keyword | dense | RRF 1:1 | RRF 2:1 | held-out CV choice |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"| set | questions | keyword | dense | RRF 1:1 | default ({kept.describe()}) | {collapsed.describe()} | "
+             "**held-out CV choice** | chosen on the other sets | fitted on all (in-sample) |",
+             "|---|---:|---|---|---|---|---|---|---|---|"]
+    type_lines = ["| set | type | questions | keyword | dense | RRF 1:1 | default | copies collapsed | held-out CV choice |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, qs in sets.items():
         per: dict[str, Any] = {}
         for label, f in baselines.items():
@@ -275,8 +315,8 @@ def report(sets: dict[str, list[Question]], groups: dict[str, str], commands: di
                       **{k: dict(zip(("ndcg_at_10", "recall_at_10", "mrr_at_10"), v)) for k, v in m.items()},
                       "by_type": {}}
         lines.append(f"| {name} | {len(qs)} | {_fmt(m['keyword'])} | {_fmt(m['dense'])} | {_fmt(m['RRF 1:1'])} | "
-                     f"{_fmt(m['RRF 2:1 (old default)'])} | **{_fmt(m['held-out'])}** | {held_out[name].describe()} | "
-                     f"{_fmt(m['final'])} |")
+                     f"{_fmt(m['default, copies kept'])} | {_fmt(m['default, copies collapsed'])} | "
+                     f"**{_fmt(m['held-out'])}** | {held_out[name].describe()} | {_fmt(m['final'])} |")
         for t in evaluation.QUERY_TYPES:
             idx = [i for i, q in enumerate(qs) if q.type == t]
             if not idx:
@@ -284,8 +324,8 @@ def report(sets: dict[str, list[Question]], groups: dict[str, str], commands: di
             tm = {k: mean3([v[i] for i in idx]) for k, v in per.items()}
             rows[name]["by_type"][t] = {"questions": len(idx), **{k: v[0] for k, v in tm.items()}}
             type_lines.append(f"| {name} | {t} | {len(idx)} | {tm['keyword'][0]:.3f} | {tm['dense'][0]:.3f} | "
-                              f"{tm['RRF 1:1'][0]:.3f} | {tm['RRF 2:1 (old default)'][0]:.3f} | "
-                              f"{tm['held-out'][0]:.3f} |")
+                              f"{tm['RRF 1:1'][0]:.3f} | {tm['default, copies kept'][0]:.3f} | "
+                              f"{tm['default, copies collapsed'][0]:.3f} | {tm['held-out'][0]:.3f} |")
     print("nDCG@10 / Recall@10 / MRR@10, legs cut at 50 (a top_k=10 search), document level\n")
     print("\n".join(lines))
     print("\nnDCG@10 per question type\n")

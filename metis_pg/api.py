@@ -25,11 +25,11 @@ from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .filters import Filters
 from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
-from .models.embed import Embedder, make_embedder
 from .results import BaseInfo, SearchWarning
 from .search import MAX_QUESTION_CHARS, MAX_TOP_K, MODES, check_request, rerank_candidates
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .models.embed import Embedder
     from .models.rerank import Reranker
     from collections.abc import Callable
 
@@ -285,6 +285,9 @@ class Metis(IndexingMethods, SearchMethods):
     def embedder(self, spec: BaseSpec) -> Embedder:
         """Return the (shared) embedding client of a spec."""
         if spec not in self._embedders:
+            # here: numpy and the models only for a search that embeds (not --mode keyword, issue 25)
+            from .models.embed import make_embedder
+
             self._embedders[spec] = make_embedder(spec, settings=self.settings)
         return self._embedders[spec]
 

@@ -13,15 +13,17 @@ from collections.abc import Sequence
 from functools import lru_cache
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
 from .chunking import embedding_text
 from .filters import Filters
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 __all__ = ["Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "phrase_chunks", "fuse_bases",
            "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]
@@ -83,6 +85,11 @@ def leg_limit(top_k: int) -> int:
     return max(50, 4 * top_k)
 
 
+#: With copies collapsed, each leg reads this many times its leg_limit rows, to keep leg_limit
+#: distinct texts after the copies are dropped (``sql/search/hybrid.sql``, ``leg_read``).
+COPIES_READ = 4
+
+
 def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int = 60,
                dense_weight: float = 1.0, keyword_weight: float = 1.0,
                plan: fusion.Plan | None = None) -> list[Candidate]:
@@ -140,7 +147,7 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
 #: The arguments of bm25_top_k (sql/search/bm25_top_k.v4.sql) as the hybrid statement's parameters.
 _KEYWORD_ARGUMENTS = {
     "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
-    "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
+    "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_read)s::int",
     "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
                    " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
     "p_only_chunks": "%(only_chunks)s::bigint[]",
@@ -295,6 +302,7 @@ def run_search(
     only_chunks: Sequence[int] | None = None,
     exclude_terms: Sequence[str] = (),
     statement: str | None = None,
+    collapse_copies: bool = False,
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
@@ -310,7 +318,10 @@ def run_search(
     and `exclude_terms` (chunks holding one are dropped) filter both legs, as the
     filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
     ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
-    which may lack the columns of complete scores and routing).
+    which may lack the columns of complete scores and routing). `collapse_copies`: in each leg, a
+    chunk whose text (``chunks.text``) is that of a chunk the leg ranked above it takes no place,
+    so each leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many
+    rows for that); scores are unchanged, ranks count the chunks kept.
     """
     if plan is None:
         plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
@@ -340,6 +351,8 @@ def run_search(
         "only_chunks": None if only_chunks is None else list(only_chunks),
         "exclude_terms": list(exclude_terms) or None,
         "leg_limit": leg_limit(legs_top_k or top_k),
+        "leg_read": leg_limit(legs_top_k or top_k) * (COPIES_READ if collapse_copies else 1),
+        "collapse_copies": collapse_copies,
         "top_k": top_k,
         **filters.to_params(),
     }

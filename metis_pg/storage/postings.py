@@ -9,15 +9,18 @@ posting rows by one binary COPY whose bytes numpy builds. Postings have no forei
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 
 from .. import sqlfiles
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 __all__ = ["BLOCK_CHUNKS", "MAX_TF", "PostingRow", "EncodedPostings", "PostingColumns", "encode_blocks",
            "encode_columns", "write_postings"]
@@ -126,6 +129,8 @@ def encode_columns(chunks: Sequence[tuple[int, Sequence[str]]]) -> PostingColumn
     in a dictionary), the rest in numpy: the (term, chunk) pairs and their counts by one sort of
     ``term * chunks + chunk``, the rows by one sort of (term, block, tier, offset).
     """
+    import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
+
     n = len(chunks)
     flat: list[str] = []
     extend = flat.extend
@@ -206,6 +211,8 @@ def encode_blocks(chunks: Sequence[tuple[int, Sequence[str]]]) -> EncodedPosting
 def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
                    chunks: Sequence[tuple[int, Sequence[str]]]) -> None:
     """Write the posting blocks, block lengths and BM25 statistics of new chunks ``(chunk_id, terms)``."""
+    import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
+
     if not chunks:
         return
     encoded = encode_columns(chunks)
@@ -237,34 +244,47 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
     add_totals(conn, base_id, encoded.chunks, encoded.total_terms)
 
 
-#: The fixed part of a ``posting_blocks`` row in COPY's binary format (the columns of
-#: :data:`_COPY_BLOCKS`): the field count, then each field's length and value (big-endian), up to
-#: ``first_offset``; the two lists follow, each its length (-1: NULL) and, when present, a
-#: one-dimensional smallint array.
-_ROW_HEAD = np.dtype([
-    ("fields", ">i2"), ("base_len", ">i4"), ("base_id", ">i4"), ("term_len", ">i4"), ("term_id", ">i4"),
-    ("block_len", ">i4"), ("block_no", ">i4"), ("min_length_len", ">i4"), ("min_length", ">i4"),
-    ("max_tf_len", ">i4"), ("max_tf", ">i2"), ("first_len", ">i4"), ("first_offset", ">i2"),
-])
-#: An array's header in the binary format: dimensions, has-nulls flag, element type (smallint's
-#: oid, 21), length of its one dimension and its lower bound.
-_ARRAY_HEAD = np.dtype([("ndim", ">i4"), ("nulls", ">i4"), ("oid", ">i4"), ("size", ">i4"), ("lower", ">i4")])
-#: One smallint element: its length (2), its value.
-_ELEMENT = np.dtype([("len", ">i4"), ("value", ">i2")])
+@functools.cache
+def _layouts() -> tuple[np.dtype, np.dtype, np.dtype]:
+    """The parts of a ``posting_blocks`` row in COPY's binary format, as numpy dtypes (built on first use):
+
+    - the fixed part (the columns of :data:`_COPY_BLOCKS`): the field count, then each field's
+      length and value (big-endian), up to ``first_offset``; the two lists follow, each its length
+      (-1: NULL) and, when present, a one-dimensional smallint array;
+    - an array's header: dimensions, has-nulls flag, element type (smallint's oid, 21), length of
+      its one dimension and its lower bound;
+    - one smallint element: its length (2), its value.
+    """
+    import numpy as np
+
+    row_head = np.dtype([
+        ("fields", ">i2"), ("base_len", ">i4"), ("base_id", ">i4"), ("term_len", ">i4"), ("term_id", ">i4"),
+        ("block_len", ">i4"), ("block_no", ">i4"), ("min_length_len", ">i4"), ("min_length", ">i4"),
+        ("max_tf_len", ">i4"), ("max_tf", ">i2"), ("first_len", ">i4"), ("first_offset", ">i2"),
+    ])
+    array_head = np.dtype([("ndim", ">i4"), ("nulls", ">i4"), ("oid", ">i4"), ("size", ">i4"), ("lower", ">i4")])
+    element = np.dtype([("len", ">i4"), ("value", ">i2")])
+    return row_head, array_head, element
+
+
 _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, header extension length
 _BINARY_TRAILER = b"\xff\xff"
 
 
 def _row_dtype(postings: int, with_tfs: bool) -> np.dtype:
-    """The binary COPY layout of a ``posting_blocks`` row of `postings` postings: :data:`_ROW_HEAD`,
-    then the two lists: both NULL (length -1) for one posting; else the offsets (length, header,
-    elements), then the tfs likewise when `with_tfs`, else NULL (every posting has the tf max_tf)."""
+    """The binary COPY layout of a ``posting_blocks`` row of `postings` postings: the fixed part
+    (:func:`_layouts`), then the two lists: both NULL (length -1) for one posting; else the offsets
+    (length, header, elements), then the tfs likewise when `with_tfs`, else NULL (every posting has
+    the tf max_tf)."""
+    import numpy as np
+
+    row_head, array_head, element = _layouts()
     if postings == 1:
-        return np.dtype(_ROW_HEAD.descr + [("offsets_len", ">i4"), ("tfs_len", ">i4")])
-    tfs = [("tfs_len", ">i4"), ("tfs_head", _ARRAY_HEAD), ("tfs", _ELEMENT, (postings,))] if with_tfs else \
+        return np.dtype(row_head.descr + [("offsets_len", ">i4"), ("tfs_len", ">i4")])
+    tfs = [("tfs_len", ">i4"), ("tfs_head", array_head), ("tfs", element, (postings,))] if with_tfs else \
         [("tfs_len", ">i4")]
-    return np.dtype(_ROW_HEAD.descr + [
-        ("offsets_len", ">i4"), ("offsets_head", _ARRAY_HEAD), ("offsets", _ELEMENT, (postings,)), *tfs])
+    return np.dtype(row_head.descr + [
+        ("offsets_len", ">i4"), ("offsets_head", array_head), ("offsets", element, (postings,)), *tfs])
 
 
 def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np.ndarray) -> bytes:
@@ -275,6 +295,9 @@ def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np
     as one record array each, in `order` within it; the groups follow each other. A row's tfs are
     stored only when its postings do not all have the frequency max_tf (migration 0022).
     """
+    import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
+
+    _, array_head, element = _layouts()
     sizes = c.starts[1:] - c.starts[:-1]
     min_tf = np.minimum.reduceat(c.tfs, c.starts[:-1]) if len(sizes) else c.tfs[:0]
     counts = sizes[order]
@@ -300,7 +323,7 @@ def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np
             else:
                 at = c.starts[rows][:, None] + np.arange(postings)
                 for name, column in (("offsets", c.offsets), ("tfs", c.tfs))[:2 if tfs_kept else 1]:
-                    out[f"{name}_len"] = _ARRAY_HEAD.itemsize + _ELEMENT.itemsize * postings
+                    out[f"{name}_len"] = array_head.itemsize + element.itemsize * postings
                     head = out[f"{name}_head"]
                     head["ndim"], head["oid"], head["size"], head["lower"] = 1, 21, postings, 1
                     out[name]["len"] = 2

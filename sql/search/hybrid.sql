@@ -25,6 +25,11 @@
 --   %(route_weak)s      float8   added to the share when the best BM25 is below %(weak_ratio)s of its bound
 --   %(weak_ratio)s      float8   see route_weak
 --   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
+--   %(collapse_copies)s boolean  in each leg, a chunk whose text (chunks.text) is that of a chunk the leg
+--                                ranked above it takes no place (issue 20: copies of one text, such as an
+--                                option documented alike in many pages, crowd a leg's list)
+--   %(leg_read)s        int      rows each leg reads before copies are dropped: leg_limit, or
+--                                leg_limit * metis_pg.retrieval.COPIES_READ with collapse_copies
 --   %(top_k)s           int      fused rows returned
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
 --   %(kinds)s           text[]   NULL = no filter; else documents of these kinds
@@ -114,7 +119,7 @@ hidden AS MATERIALIZED (
     SELECT h.chunk_id FROM metis_hidden_chunks(%(base_ids)s::int[]) AS h(chunk_id)
     WHERE %(restricted)s::boolean
 ),
-dense AS MATERIALIZED (
+dense_read AS MATERIALIZED (
     SELECT nearest.chunk_id,
            1 - nearest.distance AS score,
            row_number() OVER (ORDER BY nearest.distance, nearest.chunk_id) AS rank,
@@ -143,19 +148,41 @@ dense AS MATERIALIZED (
               AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
         ) AS scanned
         ORDER BY scanned.distance, scanned.chunk_id
-        LIMIT %(leg_limit)s
+        LIMIT %(leg_read)s
     ) AS nearest
+),
+-- Copies of one text (issue 20): with collapse_copies, a chunk whose text is that of a chunk the
+-- leg ranked above it takes no place in the leg, so the leg keeps leg_limit distinct texts (it
+-- read leg_read = copies_read * leg_limit rows for that; fewer distinct texts only when more of
+-- them are copies). Off, leg_read = leg_limit and the text is never looked up. Scores are unchanged;
+-- ranks count the kept chunks.
+dense AS MATERIALIZED (
+    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
+    FROM (
+        SELECT r.chunk_id, r.score, r.rank,
+               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
+                                  ORDER BY r.rank) AS copy_no
+        FROM dense_read AS r
+        LEFT JOIN LATERAL (
+            SELECT c.text FROM chunks AS c
+            WHERE %(collapse_copies)s::boolean
+              AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+        ) AS copy ON true
+    ) AS kept
+    WHERE kept.copy_no = 1
+    ORDER BY kept.rank
+    LIMIT %(leg_limit)s
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
 -- (sql/search/bm25_top_k.v4.sql: MaxScore and block-max pruning, planned once per session).
-keyword AS MATERIALIZED (
+keyword_read AS MATERIALIZED (
     SELECT k.chunk_id,
            k.score,
            row_number() OVER (ORDER BY k.score DESC, k.chunk_id) AS rank,
            clock_timestamp() AS done_at
     FROM bm25_top_k(
         %(base_ids)s::int[], %(terms)s::text[], %(term_weights)s::float8[], %(k1)s::float8, %(b)s::float8,
-        %(leg_limit)s::int,
+        %(leg_read)s::int,
         CASE WHEN %(unfiltered)s::boolean THEN NULL
              ELSE coalesce((SELECT array_agg(document_id) FROM allowed_documents), '{}'::bigint[]) END,
         %(only_chunks)s::bigint[],
@@ -164,6 +191,23 @@ keyword AS MATERIALIZED (
                                                             UNION ALL SELECT chunk_id FROM hidden) AS dropped),
                            '{}'::bigint[]) END
     ) AS k
+),
+keyword AS MATERIALIZED (
+    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
+    FROM (
+        SELECT r.chunk_id, r.score, r.rank,
+               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
+                                  ORDER BY r.rank) AS copy_no
+        FROM keyword_read AS r
+        LEFT JOIN LATERAL (
+            SELECT c.text FROM chunks AS c
+            WHERE %(collapse_copies)s::boolean
+              AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+        ) AS copy ON true
+    ) AS kept
+    WHERE kept.copy_no = 1
+    ORDER BY kept.rank
+    LIMIT %(leg_limit)s
 ),
 -- Complete scores: the cosine of the keyword leg's chunks the dense leg did not keep (by chunk id,
 -- the primary key of embeddings) and the BM25 of the dense leg's chunks the keyword leg did not keep.
