@@ -1,10 +1,10 @@
-"""Migration 0022 on a populated base: the narrower posting rows search exactly as the old ones (issue 24).
+"""Migration 0023 on a populated base: the narrower posting rows search exactly as the old ones (issue 24).
 
 A base is written through the real write path with repeated words (every tier, rows whose
 postings share one tf and rows whose do not, one-posting rows), documents deleted and rewritten;
-then taken to revision 0021, whose rows must be those its writer wrote (a tier column, tfs in
+then taken to revision 0022, whose rows must be those its writer wrote (a tier column, tfs in
 every row of several postings); the keyword leg, the fused statement (with a path filter, a phrase
-and an excluded word) and view ``metis.postings`` read there are kept; upgraded to 0022, every one
+and an excluded word) and view ``metis.postings`` read there are kept; upgraded to 0023, every one
 of them must be identical, the rows those the encoding defines, the keyword leg exactly exhaustive
 BM25, and a one-posting row 14 bytes shorter.
 """
@@ -108,10 +108,10 @@ def test_upgrade_to_narrow_rows_keeps_every_result_and_row_and_shortens_them(dat
         # Deletes rewrite rows as the writer would have written them without those chunks.
         assert len(narrow) == len(rows)
 
-    migrate.downgrade(database, "0021", settings=Settings.from_env())
+    migrate.downgrade(database, "0022", settings=Settings.from_env())
     with psycopg.connect(database) as conn:
         wide = _stored(conn, base.base_id)
-        # Revision 0021's rows: as its writer wrote them (tier column, tfs in every row of several postings).
+        # Revision 0022's rows: as its writer wrote them (tier column, tfs in every row of several postings).
         columns = encode_columns([(cid, terms(t)) for cid, t in texts.items()])
         old_rows = {}
         for r in range(len(columns.term)):

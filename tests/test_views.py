@@ -51,7 +51,7 @@ VIEWS.update({"chunk_citations_v3": VIEWS["chunk_citations_v2"], "base_health_v3
 VIEW_FILES = {view: (f"{view.rsplit('_v', 1)[0]}.v{view.rsplit('_v', 1)[1]}" if re.search(r"_v\d+$", view)
                      else f"{view}.v1") for view in VIEWS}
 #: Released files that replaced the text of views already there (the same columns and rows, over a
-#: new storage): postings.v3 (migration 0022, narrower posting rows) is what postings and postings_v2 run.
+#: new storage): postings.v3 (migration 0023, narrower posting rows) is what postings and postings_v2 run.
 REPLACING = {"postings.v3": ("postings", "postings_v2")}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "sql-views.md"
 CORPUS = {

@@ -1,5 +1,5 @@
 """Postings: posting blocks, block lengths and the BM25 statistics they change (migration 0011; rows
-without a tier column, and without tfs when every posting has the row's max_tf: migration 0022).
+without a tier column, and without tfs when every posting has the row's max_tf: migration 0023).
 
 :func:`encode_columns` is the pure half (terms of chunks → rows, as numpy columns;
 :func:`encode_blocks` the same rows as a dictionary); :func:`write_postings` the statements, the
@@ -51,7 +51,7 @@ class PostingRow:
         offsets: every posting's offset, None when the row holds one posting.
         tfs: every posting's frequency, None when the row holds one posting or when every posting
             has the frequency max_tf (every row of tier 0: tf 1), as ``posting_blocks`` stores it
-            (migration 0022).
+            (migration 0023).
     """
 
     first_offset: int
@@ -293,7 +293,7 @@ def _rows_binary(base_id: int, term_id: np.ndarray, c: PostingColumns, order: np
 
     Rows of the same layout (:func:`_row_dtype`: number of postings, tfs stored or not) are built
     as one record array each, in `order` within it; the groups follow each other. A row's tfs are
-    stored only when its postings do not all have the frequency max_tf (migration 0022).
+    stored only when its postings do not all have the frequency max_tf (migration 0023).
     """
     import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
 

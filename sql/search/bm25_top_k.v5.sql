@@ -1,5 +1,5 @@
 -- The keyword leg of sql/search/hybrid.sql, version 5 (issue 24): bm25_top_k.v4.sql over the
--- narrower posting rows of migration 0022. Created by migration 0022; released files are never
+-- narrower posting rows of migration 0023. Created by migration 0023; released files are never
 -- edited: a change is a v6 file and a migration.
 --
 -- What changed from v4 (the results do not: the same chunks, scores and ties):

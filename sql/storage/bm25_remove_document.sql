@@ -5,7 +5,7 @@
 -- Every row of the document's blocks that holds one of its chunks is rewritten without them (or
 -- deleted when nothing remains), with its max_tf and min_length recomputed: a removed chunk
 -- leaves no ghost posting and no stale bound; its tfs are stored only when the postings left do not
--- all have the tf max_tf (migration 0022). A row is named by its max_tf before the change (the
+-- all have the tf max_tf (migration 0023). A row is named by its max_tf before the change (the
 -- primary key: base_id, term_id, block_no, max_tf; max_tf stays within its tier). Terms whose
 -- document frequency drops to 0 are deleted; bm25_terms.max_tf and min_length stay as they were
 -- (still bounds, if looser). The chunks' lengths in block_lengths become 0, and a block left with

@@ -1,6 +1,6 @@
 -- View metis.postings_v2 (and metis.postings), version 3 of postings (SPEC F6): the BM25 postings
 -- of every base, one row per (term, chunk), unpacked from the posting blocks. Created by migration
--- 0022 (issue 24), whose rows store no tfs when every posting of a row has the tf max_tf; released
+-- 0023 (issue 24), whose rows store no tfs when every posting of a row has the tf max_tf; released
 -- view files are never edited. The columns and rows of version 2.
 -- Returns: base, base_id, term, chunk_id, document_id, tf, chunk_terms.
 -- Reading it unpacks every block: filter on base (or base_id) and term.

@@ -1,7 +1,7 @@
 """narrower posting rows: no tier column, no tfs where every posting has the tf max_tf
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-04
 
 Issue 24 (size). ``posting_blocks`` was 4.8 of the 6.7 MB a base needs per 1,000 chunks
@@ -36,8 +36,8 @@ from psycopg import sql
 
 from metis_pg import sqlfiles
 
-revision: str = "0022"
-down_revision: str | None = "0021"
+revision: str = "0023"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -64,7 +64,7 @@ ORDER BY base_id, block_no, term_id, tier
 """
 NEW_KEY = "(base_id, term_id, block_no, max_tf)"
 
-#: The rows of revisions 0011 to 0021.
+#: The rows of revisions 0011 to 0022.
 OLD_TABLE = """
 CREATE TABLE posting_blocks (
     base_id      integer NOT NULL,
