@@ -230,8 +230,12 @@ class Metis(IndexingMethods, SearchMethods):
             rows = storage.list_bases(conn, name)
         return _base_info(rows[0])
 
-    def base(self, name: str) -> BaseInfo:
+    def base(self, name: str, *, principals: access.Principals = None) -> BaseInfo:
         """Return a base with its health (documents, chunks, chunks without vector, status).
+
+        With `principals` (the caller's groups; None: the operator) the counts (documents, chunks,
+        chunks without a vector and why, vectors reused or cut) are of what they may read, under
+        row-level security; the status and dates are the base's (docs/security.md).
 
         Raises:
             BaseNotFound: no base has this name.
@@ -243,15 +247,15 @@ class Metis(IndexingMethods, SearchMethods):
                     raise storage.base_not_found(conn, name)
             return _base_info(rows[0])
 
-        return self._read(read)[0]
+        return self._read(read, principals=principals)[0]
 
-    def list_bases(self) -> list[BaseInfo]:
-        """Return every base, by name."""
+    def list_bases(self, *, principals: access.Principals = None) -> list[BaseInfo]:
+        """Return every base, by name; with `principals`, counted as :meth:`base` says."""
         def read(pool: db.Pool) -> list[BaseInfo]:
             with pool.connection() as conn:
                 return [_base_info(r) for r in storage.list_bases(conn)]
 
-        return self._read(read)[0]
+        return self._read(read, principals=principals)[0]
 
     def base_names(self, *, for_reading: bool = False) -> list[str]:
         """Return the names of every base, sorted; cheaper than :meth:`list_bases` (no counts).

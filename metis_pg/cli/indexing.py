@@ -208,8 +208,9 @@ def watch(
              "of --base, or of every base.")] = None,
     base: Annotated[Optional[str], typer.Option("--base", "-b", help="The base (default: every base).")] = None,
     debounce_ms: Annotated[int, typer.Option(
-        "--debounce-ms", min=50, max=60_000,
-        help="A burst of changes is indexed after this long at most, even while changes keep coming.")] = 1600,
+        "--debounce-ms", min=50, max=600_000,
+        help="A burst of changes is indexed once no change came for 300 ms, or after this long at most "
+             "while changes keep coming.")] = 30_000,  # metis_pg.watch.BURST_CAP_MS (not imported: start-up)
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
