@@ -10,6 +10,12 @@ new base each), and prints per batch size:
 - the server backend's CPU (``/proc/<pid>/schedstat`` of the one connection, Linux only);
 - chunks per CPU-second of both together.
 
+With ``--indexer`` each batch size is measured twice: as above (``path`` ``write_documents``: one
+``storage.write_documents`` after the other), and through the indexer's own batches
+(``metis_pg.indexing.run.Batch``, ``path`` ``indexer``: documents tokenized and added one by one,
+the batch written as ``metis index`` writes it, which since issue 24 is while the next documents
+are tokenized). The indexer's batch size is set to ``--batch`` for the measure.
+
 On a machine shared with other work the wall time follows the load; the CPU seconds much less
 (they still grow with it: caches and hyper-threads are shared), so compare figures of one run.
 
@@ -17,6 +23,7 @@ Usage::
 
     python benchmarks/ingest_cpu.py                         # 10,000 chunks, batches of 500 and 2,000
     python benchmarks/ingest_cpu.py --chunks 5000 --batch 500 1000 2000 --json out.json
+    python benchmarks/ingest_cpu.py --batch 2000 --indexer  # also through the indexer's batches
 """
 
 from __future__ import annotations
@@ -59,31 +66,55 @@ def documents(n_chunks: int, rng: np.random.Generator, w: sl.Words) -> list[tupl
     return out
 
 
-def measure(pool, docs: list[tuple], batch_chunks: int) -> dict:
-    """Write `docs` into a new base in transactions of `batch_chunks` chunks; return the figures."""
+def measure(pool, docs: list[tuple], batch_chunks: int, indexer: bool = False) -> dict:
+    """Write `docs` into a new base in transactions of `batch_chunks` chunks; return the figures.
+
+    `indexer`: through ``metis_pg.indexing.run.Batch`` (its chunk limit set to `batch_chunks` meanwhile),
+    else by ``storage.write_documents`` calls one after the other.
+    """
     corpus = sl.create_corpus(pool, BaseSpec(), "bench-ingest")
     with pool.connection() as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
     per_batch = max(1, batch_chunks // 10)
     chunks = sum(len(c) for _, c, _ in docs)
     server0, client0, wall0, tokenize = backend_cpu_s(pid), time.process_time(), time.perf_counter(), 0.0
-    for i in range(0, len(docs), per_batch):
-        t = time.process_time()
-        batch = [storage.PendingDocument(m, c, v) for m, c, v in docs[i:i + per_batch]]  # tokenizes
-        tokenize += time.process_time() - t
-        with pool.connection() as conn:
-            if conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid:
-                raise RuntimeError("the pool gave another connection: its server CPU would not be counted")
-            storage.write_documents(conn, base_id=corpus.base_id, source_id=corpus.source_id, documents=batch,
-                                    model=corpus.model)
+    if indexer:
+        from metis_pg.indexing import run as indexing_run
+
+        limit, indexing_run.BATCH_CHUNKS = indexing_run.BATCH_CHUNKS, batch_chunks
+        try:
+            batch = indexing_run.Batch(pool, corpus.base_id, corpus.source_id, corpus.model,
+                                       indexing_run.Run(base=corpus.name, base_id=corpus.base_id),
+                                       max_documents=per_batch)
+            for m, c, v in docs:
+                t = time.thread_time()  # this thread's CPU: the writes may run in another
+                document = storage.PendingDocument(m, c, v)  # tokenizes
+                tokenize += time.thread_time() - t
+                batch.add(document)
+            batch.write()
+        finally:
+            indexing_run.BATCH_CHUNKS = limit
+    else:
+        for i in range(0, len(docs), per_batch):
+            t = time.process_time()
+            batch = [storage.PendingDocument(m, c, v) for m, c, v in docs[i:i + per_batch]]  # tokenizes
+            tokenize += time.process_time() - t
+            with pool.connection() as conn:
+                if conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid:
+                    raise RuntimeError("the pool gave another connection: its server CPU would not be counted")
+                storage.write_documents(conn, base_id=corpus.base_id, source_id=corpus.source_id, documents=batch,
+                                        model=corpus.model)
     wall, client, server = (time.perf_counter() - wall0, time.process_time() - client0,
                             backend_cpu_s(pid) - server0)
     with pool.connection() as conn:
+        if conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid:
+            raise RuntimeError("the pool gave another connection: its server CPU would not be counted")
         storage.drop_base(conn, corpus.name)
     return {"batch_chunks": batch_chunks, "chunks": chunks, "wall_s": round(wall, 2),
             "chunks_per_s": round(chunks / wall), "client_cpu_s": round(client, 2),
             "tokenize_cpu_s": round(tokenize, 2), "server_cpu_s": round(server, 2),
-            "chunks_per_cpu_s": round(chunks / (client + server)), "load_avg": round(os.getloadavg()[0], 2)}
+            "chunks_per_cpu_s": round(chunks / (client + server)), "load_avg": round(os.getloadavg()[0], 2),
+            "path": "indexer" if indexer else "write_documents"}
 
 
 def main() -> int:
@@ -91,6 +122,8 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=10_000)
     parser.add_argument("--batch", type=int, nargs="+", default=[500, 2000], help="chunks per transaction")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--indexer", action="store_true",
+                        help="also measure each batch size through the indexer's batches (metis_pg.indexing.run.Batch)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     settings = Settings.from_env()
@@ -99,10 +132,11 @@ def main() -> int:
     pool = db.open_pool(dsn, max_size=1, settings=settings)
     docs = documents(args.chunks, np.random.default_rng(args.seed), sl.Words.make())
     results = []
-    for batch in args.batch:
-        r = measure(pool, docs, batch)
+    for batch, indexer in [(b, i) for b in args.batch for i in ((False, True) if args.indexer else (False,))]:
+        r = measure(pool, docs, batch, indexer)
         results.append(r)
-        print(f"batch {r['batch_chunks']:5d}: {r['chunks_per_s']:5d} chunks/s ({r['wall_s']} s wall); CPU client "
+        print(f"batch {r['batch_chunks']:5d} {r['path']:>15}: {r['chunks_per_s']:5d} chunks/s ({r['wall_s']} s wall); "
+              f"CPU client "
               f"{r['client_cpu_s']} s (tokenizing {r['tokenize_cpu_s']}), server {r['server_cpu_s']} s: "
               f"{r['chunks_per_cpu_s']} chunks per CPU-second; load {r['load_avg']}", flush=True)
     pool.close()

@@ -14,13 +14,13 @@ from . import access, db
 from .filters import Filters
 from .config import BaseSpec
 from .errors import BaseNotFound, EmbeddingModelUnavailable, InvalidInput
-from .models.embed import Embedder
 from .results import SearchResponse
 from .search import MAX_TOP_K, SearchPipeline, SearchRequest
 from .search_answer import to_response
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import indexing
+    from .models.embed import Embedder
     from .compare import CompareResult
     from .evaluation import EvalReport, EvalSet
 

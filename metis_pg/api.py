@@ -25,11 +25,11 @@ from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .filters import Filters
 from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
-from .models.embed import Embedder, make_embedder
 from .results import BaseInfo, SearchWarning
 from .search import MAX_QUESTION_CHARS, MAX_TOP_K, MODES, check_request, rerank_candidates
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .models.embed import Embedder
     from .models.rerank import Reranker
     from collections.abc import Callable
 
@@ -230,8 +230,12 @@ class Metis(IndexingMethods, SearchMethods):
             rows = storage.list_bases(conn, name)
         return _base_info(rows[0])
 
-    def base(self, name: str) -> BaseInfo:
+    def base(self, name: str, *, principals: access.Principals = None) -> BaseInfo:
         """Return a base with its health (documents, chunks, chunks without vector, status).
+
+        With `principals` (the caller's groups; None: the operator) the counts (documents, chunks,
+        chunks without a vector and why, vectors reused or cut) are of what they may read, under
+        row-level security; the status and dates are the base's (docs/security.md).
 
         Raises:
             BaseNotFound: no base has this name.
@@ -243,15 +247,15 @@ class Metis(IndexingMethods, SearchMethods):
                     raise storage.base_not_found(conn, name)
             return _base_info(rows[0])
 
-        return self._read(read)[0]
+        return self._read(read, principals=principals)[0]
 
-    def list_bases(self) -> list[BaseInfo]:
-        """Return every base, by name."""
+    def list_bases(self, *, principals: access.Principals = None) -> list[BaseInfo]:
+        """Return every base, by name; with `principals`, counted as :meth:`base` says."""
         def read(pool: db.Pool) -> list[BaseInfo]:
             with pool.connection() as conn:
                 return [_base_info(r) for r in storage.list_bases(conn)]
 
-        return self._read(read)[0]
+        return self._read(read, principals=principals)[0]
 
     def base_names(self, *, for_reading: bool = False) -> list[str]:
         """Return the names of every base, sorted; cheaper than :meth:`list_bases` (no counts).
@@ -285,6 +289,9 @@ class Metis(IndexingMethods, SearchMethods):
     def embedder(self, spec: BaseSpec) -> Embedder:
         """Return the (shared) embedding client of a spec."""
         if spec not in self._embedders:
+            # here: numpy and the models only for a search that embeds (not --mode keyword, issue 25)
+            from .models.embed import make_embedder
+
             self._embedders[spec] = make_embedder(spec, settings=self.settings)
         return self._embedders[spec]
 

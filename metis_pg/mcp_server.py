@@ -239,9 +239,9 @@ def build_server(metis: Metis, *, principals_of: PrincipalsOf | None = None,
         return {"documents": documents}
 
     @server.tool(description="List every base: kind, status, documents, chunks, when last indexed.")
-    def list_bases() -> dict[str, Any]:
+    def list_bases(ctx: Context | None = None) -> dict[str, Any]:
         try:
-            infos = metis.list_bases()
+            infos = metis.list_bases(principals=caller(ctx))
         except MetisError as exc:
             raise _tool_error(exc) from None
         return {"bases": [{k: v for k, v in i.to_dict().items() if k != "spec"}
@@ -249,9 +249,10 @@ def build_server(metis: Metis, *, principals_of: PrincipalsOf | None = None,
 
     @server.tool(description="Status of one base (or every base): ready, indexing or waiting; chunks without a "
                              "vector (found by words only until embedded); whether the last indexing was interrupted.")
-    def status(base: str | None = None) -> dict[str, Any]:
+    def status(base: str | None = None, ctx: Context | None = None) -> dict[str, Any]:
         try:
-            infos = [metis.base(base)] if base else metis.list_bases()
+            principals = caller(ctx)
+            infos = [metis.base(base, principals=principals)] if base else metis.list_bases(principals=principals)
         except MetisError as exc:
             raise _tool_error(exc) from None
         return {"bases": [_status(i) for i in infos]}

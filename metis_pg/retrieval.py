@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
@@ -23,6 +22,9 @@ from . import fusion, sqlfiles
 from .chunking import embedding_text
 from .config import BaseSpec
 from .filters import Filters
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 __all__ = ["Candidate", "LegTimes", "leg_limit", "run_search", "compound_terms", "phrase_chunks", "fuse_bases",
            "COMPOUND_MIN_CHARS", "COMPOUND_PER_TERM", "COMPOUND_MIN_REST", "COMPOUND_WEIGHT"]

@@ -48,7 +48,6 @@ from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .filters import Filters
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
 from .memories import order_facts
-from .models.embed import Embedder
 from .search_answer import fusion_echo
 from .search_counts import counts_of
 from .search_warnings import health_warnings, tokenizer_warnings, unknown_source_warnings
@@ -57,6 +56,7 @@ from .snippets import weighing_terms
 from .tokenizer import query_terms
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .models.embed import Embedder  # numpy: imported by a search that embeds
     from .models.rerank import Reranker  # imported by make_reranker when a base has one: httpx
 
 __all__ = [
@@ -214,7 +214,7 @@ class Ranked:
 
 
 #: Returns the (shared) embedding client of a base spec.
-EmbedderFor = Callable[[BaseSpec], Embedder]
+EmbedderFor = Callable[[BaseSpec], "Embedder"]
 #: Returns the (shared) reranker client of a base spec, None when it has none.
 RerankerFor = Callable[[BaseSpec], "Reranker | None"]
 

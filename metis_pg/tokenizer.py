@@ -193,7 +193,19 @@ _CJK_BMP = (
 )
 _CJK_ASTRAL = "\U0001b000-\U0001b16f\U00020000-\U0002fa1f\U00030000-\U0003134f"
 _CJK = _CJK_BMP + _CJK_ASTRAL
-_IS_CJK = re.compile(f"[{_CJK}]").match
+
+
+@functools.cache
+def _cjk_matchers() -> tuple[Callable[[str], object], Callable[[str], object], Callable[[str], object]]:
+    """Return (is CJK: match, has CJK in the BMP: search, has CJK above it: search).
+
+    Compiled at first use, by a text that is not ASCII: a class of BMP ranges takes re ~10 ms to
+    compile, paid otherwise by every process importing the tokenizer (``metis search``'s start-up,
+    issue 25).
+    """
+    return (re.compile(f"[{_CJK}]").match, re.compile(f"[{_CJK_BMP}]").search,
+            re.compile(f"[{_CJK_ASTRAL}]").search)
+
 
 
 def _ranges(points: list[int]) -> str:
@@ -248,10 +260,10 @@ def _mark_searchers() -> tuple[Callable[[str], object], Callable[[str], object]]
     return re.compile(f"[{bmp}]").search, re.compile(f"[{astral}]").search
 
 
-_FROM_U0300 = re.compile("[\u0300-\U0010ffff]").search
+# Any character from U+0300 on; written as the complement of U+0000-02FF, which re compiles at once
+# (the class [\u0300-\U0010ffff] took ~15 ms at every import).
+_FROM_U0300 = re.compile("[^\u0000-\u02ff]").search
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]+").findall
-_HAS_CJK_BMP = re.compile(f"[{_CJK_BMP}]").search
-_HAS_CJK_ASTRAL = re.compile(f"[{_CJK_ASTRAL}]").search
 
 
 def _pattern_for(folded: str) -> tuple[re.Pattern[str], bool]:
@@ -266,7 +278,8 @@ def _pattern_for(folded: str) -> tuple[re.Pattern[str], bool]:
     if not _FROM_U0300(folded):
         return _token_pattern(False, ""), False
     astral = "".join(_ASTRAL(folded))  # emoji, rare scripts: usually none
-    cjk = bool(_HAS_CJK_BMP(folded) or (astral and _HAS_CJK_ASTRAL(astral)))
+    _, has_cjk_bmp, has_cjk_astral = _cjk_matchers()
+    cjk = bool(has_cjk_bmp(folded) or (astral and has_cjk_astral(astral)))
     bmp_mark, astral_mark = _mark_searchers()
     if astral and astral_mark(astral):
         marks = "all"
@@ -297,8 +310,9 @@ def terms(text: str) -> list[str]:
     out: list[str] = []
     append = out.append
     letters = ""  # the previous group's last atom when it is 2+ letters (R3)
+    is_cjk = _cjk_matchers()[0] if cjk else None
     for token in tokens:
-        if cjk and _IS_CJK(token):  # overlapping bigrams
+        if is_cjk is not None and is_cjk(token):  # overlapping bigrams
             size = len(token)
             if size <= 2:
                 append(token)

@@ -9,9 +9,14 @@ so an idle watcher costs no CPU) and runs the same incremental indexing as ``met
   again, which reads only new or changed files (their SHA-256 differs), deletes the documents
   of files that are gone, and keeps the vectors of unchanged chunk texts;
 - a burst (``git checkout`` touching 5,000 files) is one set of changes: watchfiles gathers
-  events until none came for :data:`QUIET_MS` (300 ms), at most ``debounce_ms`` (1.6 s by
-  default), and each folder touched is indexed ONCE for the whole set, not once per file;
-  events that come during a run are gathered meanwhile and make one more run after it;
+  events while they keep coming and yields them once none came for :data:`QUIET_MS` (300 ms:
+  a single save is indexed that soon), or after :data:`BURST_CAP_MS` (30 s, ``debounce_ms``)
+  of events that never paused; each folder touched is then indexed ONCE for the whole set,
+  not once per file. The burst ends on a quiet gap, not on a clock: 5,000 files written over
+  4 s (or 20 s) are one run (the cap was 1.6 s, and a burst longer than that was cut in two
+  runs). A file written again and again (a log) does not hold a burst open: watchfiles counts
+  distinct (change, path) pairs, and the same pair again adds none. Events that come during a
+  run are gathered meanwhile and make one more run after it (one, however many they are);
 - a file that fails is skipped with its reason (the run's report), and watching goes on;
 - the database or the model restarting does not end it: a run that fails for want of the
   database is tried again every ``retry_s`` seconds, and chunks left without a vector while
@@ -44,12 +49,17 @@ from .results import IndexReport
 if TYPE_CHECKING:  # pragma: no cover
     from .api import Metis
 
-__all__ = ["Watched", "Watcher", "WATCHED_FOR_S", "TERMINATED", "Terminated", "stop_on_sigterm", "resolve_targets"]
+__all__ = ["Watched", "Watcher", "BURST_CAP_MS", "QUIET_MS", "WATCHED_FOR_S", "TERMINATED", "Terminated",
+           "stop_on_sigterm", "resolve_targets"]
 
 log = logging.getLogger(__name__)
 
-#: A set of changes ends once no event came for this long (milliseconds): watchfiles' ``step``.
+#: A set of changes ends once no new event came for this long (milliseconds): watchfiles' ``step``.
 QUIET_MS = 300
+#: A set of changes whose events never pause for QUIET_MS is yielded after this long anyway
+#: (milliseconds): watchfiles' ``debounce``, the default of ``metis watch --debounce-ms``. Long, so
+#: that a checkout written over many seconds is one run; a save ends its burst after QUIET_MS.
+BURST_CAP_MS = 30_000
 #: A base is shown as watched while its watcher's last sign of life is younger than this
 #: (seconds): three heartbeats (sql/bases/list.sql says the same number).
 WATCHED_FOR_S = 90
@@ -102,14 +112,15 @@ class Watcher:
         metis: the library (its pool, settings and models).
         targets: the folder sources to follow (:meth:`targets_of`).
         debounce_ms: a set of changes is yielded after this long at most, even while events
-            keep coming (milliseconds; watchfiles' ``debounce``).
+            keep coming (milliseconds; watchfiles' ``debounce``); it is yielded sooner, once no
+            new event came for :data:`QUIET_MS`.
         heartbeat_s: how often the bases' ``watched_at`` is refreshed, and the most a stop
             request or a retry waits (seconds).
         retry_s: a run that failed (database down) is tried again after this many seconds.
         on_report: called with each run's (target, report or None, error message or None).
     """
 
-    def __init__(self, metis: Metis, targets: Sequence[Watched], *, debounce_ms: int = 1600,
+    def __init__(self, metis: Metis, targets: Sequence[Watched], *, debounce_ms: int = BURST_CAP_MS,
                  heartbeat_s: float = 30.0, retry_s: float = 5.0,
                  on_report: Callable[[Watched, IndexReport | None, str | None], None] | None = None) -> None:
         if not targets:
@@ -187,7 +198,10 @@ class Watcher:
             if not roots:
                 self._state.pending.update(self.targets)
                 self.stop_event.wait(self.retry_s)
-                self._run_pending()
+                # Still gone: the run says so. Back: it runs once the folders are followed again (a
+                # run before that missed a file saved between its walk and the new watch: never indexed).
+                if not any(t.root.is_dir() for t in self.targets):
+                    self._run_pending()
                 continue
             try:
                 last_beat = self._follow(roots, bases, watchfiles, last_beat)

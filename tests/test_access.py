@@ -139,6 +139,18 @@ def test_get_ls_and_chunks_of_hr_are_not_found_for_eng(metis, kb):
     assert SECRET in metis.get_chunk(kb.name, chunk_id).text  # the operator reads everything
 
 
+def test_a_bases_counts_are_of_what_the_principals_may_read(metis, kb):
+    """metis status, GET /bases and the console's Bases page counted every document (hidden ones too)."""
+    everything = metis.base(kb.name)
+    eng = metis.base(kb.name, principals=["eng"])
+    listed = {b.name: b for b in metis.list_bases(principals=["eng"])}[kb.name]
+    assert everything.documents == 7
+    assert eng.documents == listed.documents == 3  # handbook.md, payroll-faq.md, front.md
+    assert 0 < eng.chunks == listed.chunks < everything.chunks
+    assert metis.base(kb.name, principals=["hr"]).documents == 5  # + salaries.md, both.md
+    assert metis.base(kb.name, principals=[]).documents == 3
+
+
 def test_the_pool_keeps_no_role_after_a_read_on_behalf(metis, kb):
     for _ in range(metis.pool.max_size + 1):
         metis.search(kb.name, "payroll", mode="keyword", principals=["eng"])

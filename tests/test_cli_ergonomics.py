@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import METIS_SCRIPT, run_cli
-from corpus import write_handbook
+from corpus import write_corpus, write_handbook
 
 
 @pytest.fixture()
@@ -115,3 +115,68 @@ def test_no_runtime_dir_warning_reaches_stderr(tmp_path):
     finally:
         subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_runtime_folder_made_when_xdg_runtime_dir_is_unset_is_private(tmp_path, monkeypatch):
+    """A Python program that connects printed platformdirs' RuntimeDirWarning: metis made /tmp/runtime-<uid>
+    with os.makedirs (0755 under the usual umask) and platformdirs then refuses it (not 0700)."""
+    import warnings
+
+    import platformdirs
+
+    from metis_pg.db import embedded
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    runtime = tmp_path / "runtime-me"
+    monkeypatch.setattr(embedded, "_default_runtime_dir", lambda: runtime)
+    old = os.umask(0o022)
+    try:
+        embedded.prepare_pgserver_import()
+    finally:
+        os.umask(old)
+    assert os.environ["XDG_RUNTIME_DIR"] == str(runtime)
+    assert runtime.stat().st_mode & 0o777 == 0o700
+    assert (runtime / "python_PostgresServer").is_dir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert platformdirs.user_runtime_path() == runtime
+    assert not [w for w in caught if "XDG_RUNTIME_DIR" in str(w.message)], [str(w.message) for w in caught]
+    runtime.chmod(0o755)  # left loose by an earlier version: tightened at the next start
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    embedded.prepare_pgserver_import()
+    assert runtime.stat().st_mode & 0o777 == 0o700
+
+
+VACUUM = {"maintenance.md": "# Vacuum\n\nVacuum reclaims the storage of dead rows in a table.\n",
+          "old.md": "# Legacy vacuum\n\nOn legacy servers vacuum full locked the whole table.\n"}
+
+
+def test_a_dash_word_typed_in_the_question_excludes_it_and_options_still_work(dsn, metis, base_name, tmp_path):
+    # Issue 20 part 5: the CLI takes the -word exclusions of HTTP and MCP; Click took -legacy for options
+    # ("No such option: -l", exit 2) and only `-- -legacy` worked.
+    assert run_cli("index", str(write_corpus(tmp_path / "kb", VACUUM)), "--base", base_name, "--dsn", dsn).code == 0
+    assert len(metis.search(base_name, "vacuum", mode="keyword").results) == 2
+    want = [r.citation.document for r in metis.search(base_name, "vacuum -legacy", mode="keyword").results]
+    assert want == ["maintenance.md"]
+    for args in (["vacuum", "-legacy"],                                       # as gno/qmd users type it
+                 ["-legacy", "vacuum"],                                       # the word first
+                 ["vacuum", "-legacy", "-n", "5"], ["vacuum", "-n5", "-legacy"],  # -n, and -n with its value
+                 ["vacuum", "-legacy", "--top-k", "5"], ["vacuum", "--top-k=5", "-legacy"]):
+        result = run_cli("search", base_name, *args, "--mode", "keyword", "--json", "--dsn", dsn)
+        assert result.code == 0, (args, result.stderr)
+        assert [r["citation"]["document"] for r in result.json()["results"]] == want, args
+    for args in (["--", base_name, "vacuum", "-legacy"], ["--", base_name, "-legacy vacuum"]):  # "--" as before
+        result = run_cli("search", "--mode", "keyword", "--json", "--dsn", dsn, *args)
+        assert result.code == 0, (args, result.stderr)
+        assert [r["citation"]["document"] for r in result.json()["results"]] == want, args
+    # An option's value is its value, even when it starts with "-"; --as and -b still read theirs.
+    only = run_cli("search", "-b", base_name, "vacuum", "-legacy", "--as", "", "--mode", "keyword", "--json",
+                   "--dsn", dsn)
+    assert only.code == 0, only.stderr
+    assert [r["citation"]["document"] for r in only.json()["results"]] == want
+    # Hybrid (the bundled model) drops it too.
+    hybrid = run_cli("search", base_name, "vacuum", "-legacy", "--json", "--dsn", dsn)
+    assert hybrid.code == 0 and "old.md" not in [r["citation"]["document"] for r in hybrid.json()["results"]]
+    # An unknown option is still refused (a one-letter word is no exclusion: terms have 2+ letters).
+    refused = run_cli("search", base_name, "vacuum", "-x", "--dsn", dsn)
+    assert refused.code == 2 and "No such option: -x" in refused.stderr

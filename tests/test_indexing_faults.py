@@ -257,3 +257,46 @@ def test_a_disk_too_full_for_the_next_write_stops_indexing_with_disk_full(metis,
     info = metis.base(base_name)
     assert info.status != "indexing" and info.documents == 0
     assert metis.index(base_name, folder).new == 5  # space freed: it indexes
+
+
+def test_a_batch_the_disk_cannot_take_whole_is_written_in_parts_up_to_the_margin(metis, fast_base, tmp_path,
+                                                                               monkeypatch):
+    """A batch whose estimate would eat into the margin is not refused whole (issue 24): the documents
+    that fit are written in smaller transactions, the run stops with DISK_FULL at the first that does
+    not, and the next run indexes exactly the others. Before: nothing of the batch was written."""
+    base_name = fast_base
+    from metis_pg import disk_space
+    from metis_pg.indexing import run as indexing_run
+
+    folder = write_corpus(tmp_path / "kb", {f"doc{i:02d}.txt": f"Note {i} of the survey." for i in range(12)})
+    real = disk_space.shutil.disk_usage
+    room = {"bytes": int(5.5 * disk_space.BYTES_PER_CHUNK)}  # 5 one-chunk documents, not 6
+    writes: list[int] = []
+
+    def nearly_full(path):
+        usage = real(path)
+        margin = max(1_000_000_000, usage.total * 5 / 100, disk_space.MIN_MARGIN_BYTES)
+        return usage._replace(free=int(margin) + room["bytes"])
+
+    write_documents = indexing_run.storage.write_documents
+
+    def written(conn, **kwargs):  # the disk fills as the guard foresaw
+        ids = write_documents(conn, **kwargs)
+        chunks = sum(len(d.chunks) for d in kwargs["documents"])
+        writes.append(len(kwargs["documents"]))
+        room["bytes"] -= chunks * disk_space.BYTES_PER_CHUNK
+        return ids
+
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", nearly_full)
+    monkeypatch.setattr(indexing_run.storage, "write_documents", written)
+    with pytest.raises(DiskFull) as caught:
+        metis.index(base_name, folder)
+    assert caught.value.code == "DISK_FULL" and "this write needs about" in caught.value.message
+    # 12 refused, 6 refused, 3 written; 9 → 4 refused, 2 written; 7 → 3, 1 refused: DISK_FULL.
+    assert writes == [3, 2]
+    info = metis.base(base_name)
+    assert info.status != "indexing" and (info.documents, info.chunks) == (5, 5)
+    monkeypatch.undo()
+    again = metis.index(base_name, folder)  # space freed: the 7 others, none lost, none twice
+    assert (again.new, again.unchanged) == (7, 5)
+    assert metis.base(base_name).documents == 12

@@ -8,6 +8,7 @@ never sleeps a fixed time to assume the watcher did something.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -48,7 +49,7 @@ class Running:
 
     def __init__(self, metis: metis_pg.Metis, base: str, **options) -> None:
         self.reports: list = []
-        self.watcher = Watcher(metis, resolve_targets(metis, base, []), debounce_ms=300, heartbeat_s=1.0,
+        self.watcher = Watcher(metis, resolve_targets(metis, base, []), heartbeat_s=1.0,
                                retry_s=0.5, on_report=lambda t, r, e: self.reports.append((r, e)), **options)
         self.thread = threading.Thread(target=self.watcher.run, daemon=True)
 
@@ -128,7 +129,46 @@ def test_a_burst_of_changes_is_one_run(metis, watched, kb):
         wait_for(lambda: running.watcher.runs > before, "the run counted")
         runs = running.watcher.runs - before
         reads = sum(r.read for r, _ in running.reports[-runs:] if r)
-    assert runs <= 2 and reads == 300, (runs, reads)  # not 300 runs: one (two if the burst straddled a pause)
+    assert runs == 1 and reads == 300, (runs, reads)  # not 300 runs, nor a run per 1.6 s of writing
+
+
+def test_metis_watch_indexes_a_burst_written_over_more_than_the_old_cap_in_one_run(dsn, metis, base_name, kb):
+    """Issue 21: 5,000 files changed at once must be ONE run. A burst ended after 1.6 s even while
+    files kept coming, so a checkout written over 4 s became two runs; it now ends on a quiet gap
+    (300 ms without a new event). Through the real `metis watch --json` (one line per run) with its
+    default cap; 50 files written 80 ms apart (4 s or more, over twice the old cap)."""
+    from model_servers import FakeService, embedding_service
+
+    embedder = FakeService(embedding_service(32))
+    proc = None
+    try:
+        metis.create_base(base_name, embedding_model="hash-32", embedding_url=embedder.url, embedding_dim=32)
+        metis.index(base_name, kb)
+        proc = subprocess.Popen([str(METIS_SCRIPT), "watch", str(kb), "--base", base_name, "--dsn", dsn, "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: metis.base(base_name).caught_up_at is not None, "the catch-up run", timeout_s=120)
+        burst = kb / "burst"
+        burst.mkdir()
+        started = time.monotonic()
+        for n in range(50):
+            (burst / f"note-{n:02d}.md").write_text(f"# Note {n}\n\nBurst note number {n} about anchors.\n")
+            time.sleep(0.08)
+        assert time.monotonic() - started > 2 * 1.6  # longer than the old cap, twice over
+        wait_for(lambda: len([d for d in documents(metis, base_name) if d.startswith("burst/")]) == 50,
+                 "the burst indexed", timeout_s=120)
+        wait_for(lambda: metis.base(base_name).chunks_without_vector == 0, "the burst embedded", timeout_s=120)
+        time.sleep(3)  # a second run (the files written after a cut) would have started by now
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        embedder.close()
+    assert proc.returncode == 0, (out, err)
+    runs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    burst_runs = runs[1:]  # the first is the catch-up run, with nothing new
+    assert runs and runs[0]["report"]["new"] == 0, out
+    assert len(burst_runs) == 1, [(r["report"] or {}).get("new") for r in burst_runs]
+    assert burst_runs[0]["report"]["new"] == 50 and burst_runs[0]["error"] is None, burst_runs
 
 
 def test_the_database_failing_does_not_end_watching(metis, watched, kb, monkeypatch):

@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import InvalidInput
 from .options import DsnOption, JsonOption, open_metis
-from .progress import count_bar, index_with_progress, reindex_with_progress
-from .render import renderer
+from .render import escape, renderer
 from .root import app
 
 __all__ = ["index", "watch", "reembed", "demo", "DEMO_QUESTIONS"]
@@ -51,6 +49,8 @@ def index(
       metis index --all           # every base
       metis index ./hr --base docs --readers hr,legal   # only hr and legal read these (docs/security.md)
     """
+    from .progress import index_with_progress, reindex_with_progress  # rich: only for commands that index
+
     r = renderer(ctx)
     r.choose(json=as_json)
     if all_bases and (paths or base):
@@ -114,6 +114,8 @@ def reembed(
 
     Example: metis reembed docs --model e5-large --url http://127.0.0.1:8081 --dim 1024
     """
+    from .progress import count_bar
+
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m, count_bar(r, "embedding", "chunks", quiet=as_json) as bar:
@@ -149,6 +151,8 @@ def demo(
 
     Example: metis demo ../handbook -q "how many vacation days"
     """
+    from .progress import index_with_progress
+
     r = renderer(ctx)
     if not paths:
         checkout = Path(__file__).resolve().parents[2]
@@ -204,8 +208,9 @@ def watch(
              "of --base, or of every base.")] = None,
     base: Annotated[Optional[str], typer.Option("--base", "-b", help="The base (default: every base).")] = None,
     debounce_ms: Annotated[int, typer.Option(
-        "--debounce-ms", min=50, max=60_000,
-        help="A burst of changes is indexed after this long at most, even while changes keep coming.")] = 1600,
+        "--debounce-ms", min=50, max=600_000,
+        help="A burst of changes is indexed once no change came for 300 ms, or after this long at most "
+             "while changes keep coming.")] = 30_000,  # metis_pg.watch.BURST_CAP_MS (not imported: start-up)
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -8,20 +8,21 @@ too); this module prints them, and everything people read.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ..config import BaseSpec
 from ..errors import InvalidInput, MetisError
 from ..formats import result_label
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
     from ..compare import CompareResult
     from ..results import IndexReport, SearchResponse
 
@@ -61,12 +62,25 @@ class ClosedPipe(Exception):
     """
 
 
-class _Console(Console):
-    """A rich console that raises :class:`ClosedPipe` on a closed pipe (rich's own answer is exit 1)."""
+def escape(text: str) -> str:
+    """Return `text` with rich's markup escaped (rich.markup.escape, imported when first printed)."""
+    from rich.markup import escape as rich_escape
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise ClosedPipe
+    return rich_escape(text)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    """Return a rich console class that raises :class:`ClosedPipe` on a closed pipe (rich's own answer is
+    exit 1); rich is imported here, on the first print for people: the machine formats never import it."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise ClosedPipe
+
+    return _Console
 
 
 class Renderer:
@@ -74,13 +88,29 @@ class Renderer:
 
     Text from documents and errors may hold brackets ([link](url), [Errno 111]): never read as markup,
     never wrapped (an error is one line). A console given None writes to the ``sys.stdout`` /
-    ``sys.stderr`` of the moment it prints (a test's capture, CliRunner's).
+    ``sys.stderr`` of the moment it prints (a test's capture, CliRunner's). The consoles are made at their
+    first use: a run printing only a machine format (``--json``: :meth:`write`) never imports rich, ~20 ms of
+    ``metis search``'s start-up (issue 25).
     """
 
     def __init__(self, out: Console | None = None, err: Console | None = None) -> None:
-        self.out = out or _Console(highlight=False, soft_wrap=True, markup=False)
-        self.err = err or _Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+        self._out = out
+        self._err = err
         self.format = "text"
+
+    @property
+    def out(self) -> Console:
+        """The rich console of stdout (made at first use)."""
+        if self._out is None:
+            self._out = _console_class()(highlight=False, soft_wrap=True, markup=False)
+        return self._out
+
+    @property
+    def err(self) -> Console:
+        """The rich console of stderr (made at first use)."""
+        if self._err is None:
+            self._err = _console_class()(stderr=True, highlight=False, soft_wrap=True, markup=False)
+        return self._err
 
     # -- the format ------------------------------------------------------------
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from ..errors import BaseNotFound, InvalidInput
 from .options import (
@@ -30,17 +31,63 @@ from .options import (
     open_metis,
     principals_option,
 )
-from .progress import count_bar
 from .render import SPEC, renderer
 from .root import app
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..api import Metis
 
-__all__ = ["search", "get_command", "ls_command", "eval_command"]
+__all__ = ["search", "get_command", "ls_command", "eval_command", "QuestionCommand", "question_args"]
 
 
-@app.command()
+def question_args(args: list[str], options: list[Any]) -> list[str]:
+    """Return `args` of a command taking a question with its words last, after ``--``, so that Click reads a
+    ``-word`` among them as a word of the question, not as an option.
+
+    A word of the question: an argument that is no option, or that starts with one ``-`` then a letter and
+    has 3+ characters (``-legacy``, ``-vacuum``), unless it is a short option taking a value with digits
+    attached (``-n5``, ``-k10``); every argument after ``--``. Everything else keeps its place and its
+    meaning: an option (``-n``, ``--top-k``, ``--as``, ``--top-k=5``), the value after an option that takes
+    one (``--prefix -x``: ``-x`` is the prefix), an unknown option (Click refuses it as before). So a value is
+    never glued to ``-b`` or ``-m`` (``-b docs``, not ``-bdocs``). The question's words keep their order.
+
+    `options`: the command's Click parameters (their ``opts``, ``secondary_opts``, ``is_flag``, ``count``).
+    """
+    takes_value: set[str] = set()
+    for p in options:
+        if getattr(p, "param_type_name", "") == "option" and not p.is_flag and not p.count:
+            takes_value.update(p.opts + p.secondary_opts)
+    short_valued = {o for o in takes_value if len(o) == 2 and o[1] != "-"}
+    kept: list[str] = []
+    words: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            words.extend(rest)
+            break
+        if not arg.startswith("-") or arg == "-":
+            words.append(arg)
+        elif (len(arg) >= 3 and arg[1].isalpha()
+              and not (arg[:2] in short_valued and arg[2:].isdigit())):
+            words.append(arg)  # -legacy: a word the question excludes
+        else:
+            kept.append(arg)
+            value = next(rest, None) if arg in takes_value else None
+            if value is not None:  # the option's value, whatever it looks like
+                kept.append(value)
+    return [*kept, "--", *words] if words else kept
+
+
+class QuestionCommand(TyperCommand):
+    """A Typer command whose arguments are a question: ``metis search docs vacuum -legacy`` drops passages
+    holding "legacy" (the syntax of HTTP and MCP, :mod:`metis_pg.query_syntax`), where Click alone took
+    ``-legacy`` for options (:func:`question_args`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, question_args(args, self.get_params(ctx)))
+
+
+@app.command(cls=QuestionCommand)
 def search(
     ctx: typer.Context,
     words: Annotated[list[str], typer.Argument(
@@ -101,8 +148,9 @@ def search(
     """Search one or several bases (default: every base); print cited passages with their scores.
 
     In the question, "a quoted phrase" keeps only passages holding it, and -word drops passages
-    holding the word: metis search docs '"reset the router" -legacy' (one argument; a question
-    starting with "-" goes after "--": metis search -- docs "-legacy router").
+    holding the word: metis search docs router -legacy, or in one argument metis search docs
+    '"reset the router" -legacy'. A -word of 3+ characters is a word of the question, not an
+    option: give -b and -m their value apart (-b docs, not -bdocs).
 
     \b
     Examples:
@@ -114,6 +162,7 @@ def search(
       metis search docs "vacation" --files -n 3              # the 3 best documents' paths
       metis search docs "leave" --tag hr --since 2024-01-01 --meta status=final
       metis search docs '"reset the router" -legacy' --fusion convex --alpha 0.6
+      metis search docs vacuum -legacy -n 3                  # passages without "legacy"
       metis search docs "salary bands" --as eng             # what the group eng may read
     """
     from ..formats import cut_below, search_output
@@ -301,6 +350,8 @@ def eval_command(
 
     Example: metis eval ../shared/data/cranfield
     """
+    from .progress import count_bar  # rich
+
     r = renderer(ctx)
     r.choose(json=as_json)
     with open_metis(dsn) as m, count_bar(r, None, quiet=as_json) as bar:

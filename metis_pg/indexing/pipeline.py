@@ -193,24 +193,24 @@ def index_paths(
             with pool.connection() as conn:
                 known = storage.document_hashes(conn, source_id)
             seen: set[str] = set()
-            batch = Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents,
-                           guard=guard)
-            for path in files:
-                rel = display_path(path.relative_to(root).as_posix())
-                if rel in seen:  # two names alike once their undecodable bytes are written \xNN
-                    run.failed.append(FailedDocument(rel, f"{display_path(str(path))}: another file of this folder"
-                                                          f" is indexed under the same name {rel!r}: skipped"))
-                else:
-                    seen.add(rel)
-                    pending = read_file(pool, settings, spec, run, path, root, rel, known.get(rel), budget,
-                                         retokenize=retokenize)
-                    if pending is not None:
-                        batch.add(pending)
-                batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
-                done += 1
-                if on_progress:
-                    on_progress(done, total, run.counts["chunks"])
-            batch.write()
+            with Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents,
+                       guard=guard) as batch:  # written while the next files are read (run.Batch)
+                for path in files:
+                    rel = display_path(path.relative_to(root).as_posix())
+                    if rel in seen:  # two names alike once their undecodable bytes are written \xNN
+                        run.failed.append(FailedDocument(rel, f"{display_path(str(path))}: another file of this folder"
+                                                              f" is indexed under the same name {rel!r}: skipped"))
+                    else:
+                        seen.add(rel)
+                        pending = read_file(pool, settings, spec, run, path, root, rel, known.get(rel), budget,
+                                             retokenize=retokenize)
+                        if pending is not None:
+                            batch.add(pending)
+                    batch.write_if_due()  # also after unchanged or unreadable files: queued ones wait a second at most
+                    done += 1
+                    if on_progress:
+                        on_progress(done, total, run.counts["chunks"])
+                batch.write()
             # A folder that could not be listed is not a folder whose files are gone.
             blind = [display_path(f.relative_to(root).as_posix()) for f in unlisted if f.is_relative_to(root)]
             kept: dict[str, int] = {}

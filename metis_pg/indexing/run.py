@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from .. import db, storage
 from ..disk_space import BYTES_PER_CHUNK, DiskGuard
+from ..errors import DiskFull
 from ..results import FailedDocument
 
 __all__ = ["BATCH_CHUNKS", "BATCH_SECONDS", "Batch", "Run"]
@@ -31,22 +34,33 @@ class Run:
 
 
 #: A batch of documents is written (one transaction) once it holds this many chunks,
-#: its maximum of documents, or its first document has waited this many seconds. Larger batches
-#: cost less CPU per chunk (2,000: ~25% less than 500, docs/performance.md 2026-12-04), but the disk
-#: guard reserves disk_space.BYTES_PER_CHUNK for every chunk of a batch before writing it, so on a
-#: small disk a larger batch stops indexing sooner (tests/test_full_disk.py): 500 kept.
-BATCH_CHUNKS = 500
+#: its maximum of documents, or its first document has waited this many seconds. Chosen by
+#: measurement (benchmarks/ingest_cpu.py, docs/performance.md 2026-12-04 "batches the disk can
+#: take"): every batch updates the BM25 statistics of each of its terms once, so larger batches
+#: cost less CPU per chunk; past ~2,000 chunks the wall time grows again. A batch the disk guard
+#: cannot fit is written in smaller transactions (:meth:`Batch.write`), so a small disk does not
+#: stop indexing sooner.
+BATCH_CHUNKS = 2000
 BATCH_SECONDS = 1.0
 
 
 class Batch:
-    """Documents read, waiting to be written in one transaction.
+    """Documents read, waiting to be written in one transaction; written while the next are read.
 
     Writing many small documents at once costs one update of the base's BM25
     statistics instead of one per document (docs/performance.md). A document is
     searchable by its words at most about a second after it was read, and a process
     killed before :meth:`write` loses only the unwritten batch: the next ``metis index``
     reads those files again, as they are still new or changed.
+
+    A full batch is written by a thread of its own while the caller reads, chunks and
+    tokenizes the next one (the server's work of one batch and the client's of the next on
+    two cores): at most one batch is being written and one filling. Batches are still
+    written one after the other, in order; an error of a write (``DISK_FULL``, the database)
+    is raised by the next call that hands a batch over or waits (:meth:`write_if_due`,
+    :meth:`add`, :meth:`write`, leaving the ``with`` block). Use it as a context manager:
+    leaving the block waits for the write in flight (a process ending otherwise would still
+    finish it: the thread is not a daemon, and the transaction commits whole or not at all).
     """
 
     def __init__(self, pool: db.Pool, base_id: int, source_id: int, model: str, run: Run, *,
@@ -57,9 +71,20 @@ class Batch:
         self._pending: list[storage.PendingDocument] = []
         self._chunks = 0
         self._since = 0.0
+        self._writing: tuple[threading.Thread, list[BaseException]] | None = None
+
+    def __enter__(self) -> "Batch":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is None:
+            self._wait()
+        else:  # the caller's error is the one to report; the write in flight still ends
+            with contextlib.suppress(Exception):
+                self._wait()
 
     def add(self, document: storage.PendingDocument) -> None:
-        """Queue a document; write the batch once it is full or has waited long enough."""
+        """Queue a document; hand the batch to the writer once it is full or has waited long enough."""
         if not self._pending:
             self._since = time.monotonic()
         self._pending.append(document)
@@ -73,18 +98,81 @@ class Batch:
         self.write_if_due()
 
     def write_if_due(self) -> None:
-        """Write the batch if it is full or its first document has waited long enough."""
+        """Hand the batch to the writer if it is full or its first document has waited long enough
+        (after the batch before it is written)."""
         if self._pending and (self._chunks >= BATCH_CHUNKS or len(self._pending) >= self._max_documents
                               or time.monotonic() - self._since >= BATCH_SECONDS):
-            self.write()
+            self._hand_over()
 
     def write(self) -> None:
-        """Write the queued documents in one transaction."""
-        if not self._pending:
-            return
-        if self._guard is not None:  # DISK_FULL before PostgreSQL runs out of space (metis_pg.disk_space)
-            self._guard.check_pool(self._pool, self._chunks * BYTES_PER_CHUNK)
-        with self._pool.connection() as conn:
-            storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
-                                    documents=self._pending, model=self._model)
-        self._pending, self._chunks = [], 0
+        """Write the queued documents and wait until every batch handed over is written.
+
+        Raises:
+            DiskFull: the next document does not fit (:meth:`_write`); or the error of any write.
+        """
+        if self._pending:
+            self._hand_over()
+        self._wait()
+
+    def _hand_over(self) -> None:
+        """Start writing the queued documents in a thread, once the batch before them is written."""
+        self._wait()
+        documents, self._pending, self._chunks = self._pending, [], 0
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                self._write(documents)
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by _wait
+                errors.append(exc)
+
+        thread = threading.Thread(target=write, name="metis-index-write")
+        thread.start()
+        self._writing = (thread, errors)
+
+    def _wait(self) -> None:
+        """Wait for the write in flight; raise its error."""
+        if self._writing is not None:
+            (thread, errors), self._writing = self._writing, None
+            thread.join()
+            if errors:
+                raise errors[0]
+
+    def _write(self, documents: list[storage.PendingDocument]) -> None:
+        """Write `documents` in one transaction, or in several when the disk cannot take them all.
+
+        The disk guard estimates the whole batch (:data:`~metis_pg.disk_space.BYTES_PER_CHUNK` per
+        chunk); when that would eat into the margin, the first half of the documents is tried, and
+        so on: what fits is written, then the rest is asked for again (the free space measured again).
+        A single document that does not fit stops the run with ``DISK_FULL``: every document written
+        before it is kept, and it and the documents after it are still new or changed, so the next
+        ``metis index`` reads them again (nothing is lost).
+
+        Raises:
+            DiskFull: the next document does not fit (metis_pg.disk_space).
+        """
+        while documents:
+            n = self._fitting(documents)
+            with self._pool.connection() as conn:
+                storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
+                                        documents=documents[:n], model=self._model)
+            documents = documents[n:]
+
+    def _fitting(self, documents: list[storage.PendingDocument]) -> int:
+        """How many of `documents`, from the first, the disk guard lets one transaction write:
+        all of them, else the first half, quarter, ... (one check each).
+
+        Raises:
+            DiskFull: not even the first document fits.
+        """
+        n = len(documents)
+        if self._guard is None:  # DISK_FULL before PostgreSQL runs out of space (metis_pg.disk_space)
+            return n
+        while True:
+            try:
+                self._guard.check_pool(self._pool, sum(len(d.chunks) for d in documents[:n]) * BYTES_PER_CHUNK)
+                return n
+            except DiskFull:
+                if n == 1:
+                    raise
+                n //= 2

@@ -7,7 +7,6 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -79,6 +78,8 @@ def halfvec_binary(vector: Any) -> bytes:
     Raises:
         InvalidInput: a vector that is not one-dimensional or holds NaN or infinity.
     """
+    import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
+
     values = np.asarray(vector.to_numpy() if hasattr(vector, "to_numpy") else vector, dtype=np.float32)
     if values.ndim != 1 or not np.all(np.isfinite(values)):
         raise InvalidInput("a vector must be one-dimensional with finite values")

@@ -30,7 +30,8 @@ SET citus.enable_unsafe_triggers TO on;
 SELECT format('DROP POLICY IF EXISTS %I ON %I', p.policyname, p.tablename)
 FROM pg_catalog.pg_policies AS p
 WHERE p.schemaname = current_schema()
-  AND p.tablename IN ('documents', 'chunks', 'embeddings', 'facts', 'posting_blocks', 'block_lengths', 'bm25_terms')
+  AND p.tablename IN ('documents', 'chunks', 'embeddings', 'facts', 'posting_blocks', 'block_lengths', 'bm25_terms',
+                      'vector_notes')
 ORDER BY p.tablename, p.policyname
 \gexec
 
