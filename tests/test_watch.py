@@ -171,6 +171,26 @@ def test_metis_watch_indexes_a_burst_written_over_more_than_the_old_cap_in_one_r
     assert burst_runs[0]["report"]["new"] == 50 and burst_runs[0]["error"] is None, burst_runs
 
 
+def test_a_file_saved_while_the_catch_up_run_indexes_is_indexed(metis, watched, kb, monkeypatch):
+    """The catch-up run (what changed while nobody watched) ran before the folder was followed: a
+    file saved during it, after its walk, made no event anyone heard and was never indexed. The
+    folder is now followed first, then caught up."""
+    real_index = metis.index
+    calls = {"n": 0}
+
+    def index_then_save(*args, **kwargs):
+        report = real_index(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:  # saved once the catch-up's walk is over, before it returns
+            (kb / "skerry.txt").write_text("Skerries break the swell off the point.")
+        return report
+
+    monkeypatch.setattr(metis, "index", index_then_save)
+    with Running(metis, watched):
+        wait_for(lambda: found_by_words(metis, watched, "skerries") == {"skerry.txt"},
+                 "the file saved during the catch-up run", timeout_s=20)
+
+
 def test_the_database_failing_does_not_end_watching(metis, watched, kb, monkeypatch):
     real_index = metis.index
     calls = {"n": 0}
