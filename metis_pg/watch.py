@@ -224,12 +224,17 @@ class Watcher:
         """
         from watchfiles import Change
         from watchfiles._rust_notify import RustNotify
+        from watchfiles.main import _default_force_polling, _default_poll_delay_ms
 
         # The wait's timeout (milliseconds): the longest it blocks; it answers "timeout" then, for the
         # heartbeat, retries and the stop request. No polling of the files (inotify).
         timeout_ms = int(min(self.heartbeat_s, self.retry_s) * 1000)
-        # (paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied)
-        with RustNotify([str(r) for r in sorted(roots)], False, False, 300, True, False) as notify:
+        # (paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied); polling
+        # as watch() decides it (WATCHFILES_FORCE_POLLING, WATCHFILES_POLL_DELAY_MS, WSL), since
+        # network and WSL mounts give no inotify events.
+        force_polling = _default_force_polling(None)
+        poll_delay_ms = _default_poll_delay_ms(300)
+        with RustNotify([str(r) for r in sorted(roots)], False, force_polling, poll_delay_ms, True, False) as notify:
             self._run_pending()
             while not self.stop_event.is_set():
                 raw = notify.watch(self.debounce_ms, QUIET_MS, timeout_ms, self.stop_event)

@@ -296,3 +296,29 @@ def test_metis_watch_follows_a_folder_deleted_and_made_again(metis, dsn, base_na
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in err, (out, err)
+
+
+def _inotify_descriptors(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+
+
+def test_metis_watch_polls_when_watchfiles_force_polling_is_set(dsn, metis, watched, kb):
+    """Network and WSL mounts give no inotify events: watchfiles' WATCHFILES_FORCE_POLLING (and its WSL
+    check) make it poll. Calling its backend directly had dropped that: the watch used inotify
+    whatever the environment said. With the variable set, the process holds no inotify descriptor
+    and a save is still found."""
+    env = dict(os.environ, WATCHFILES_FORCE_POLLING="1", WATCHFILES_POLL_DELAY_MS="100")
+    proc = subprocess.Popen([str(METIS_SCRIPT), "watch", str(kb), "--base", watched, "--dsn", dsn,
+                             "--debounce-ms", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert "watching" in proc.stdout.readline()
+        wait_for(lambda: metis.base(watched).caught_up_at is not None, "the catch-up run")
+        assert _inotify_descriptors(proc.pid) == 0
+        (kb / "gannet.txt").write_text("Gannets plunge from thirty metres.")
+        wait_for(lambda: "gannet.txt" in found_by_words(metis, watched, "gannets"), "a save found by polling")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err, (out, err)
