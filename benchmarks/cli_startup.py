@@ -10,15 +10,18 @@ Prints, in new processes:
   the overhead (Python start, imports, settings, pool, the question's model, exit);
 - the same with no process holding the server: each command starts it and stops it at exit;
 - with ``--phases``: where the time of one ``metis search`` goes, phase by phase, in a new process
-  doing what the command does step by step (Python start, imports, settings, joining the
-  server, pool and schema revision, listing the bases, the model's load and first question,
-  the search, printing, closing, exit), medians of R runs, for ``--mode keyword`` and hybrid.
+  doing what the command does step by step (Python start, imports and Typer's build of the
+  commands, settings, joining the server, pool and schema revision, listing the bases, the
+  model's load and first question, the search, printing, closing, exit), medians of R runs, for
+  ``--mode keyword`` and hybrid. The command itself loads the model in a thread while it
+  connects; here each phase runs after the other.
 
 Usage::
 
     python benchmarks/cli_startup.py                 # a throwaway METIS_HOME in /var/tmp
     python benchmarks/cli_startup.py --repeats 7
     python benchmarks/cli_startup.py --phases        # and the phase table
+    PYTHONPATH=../other-checkout python benchmarks/cli_startup.py --phases   # that checkout's code
 
 Goal (issue 25): overhead of ``metis search`` <= 0.3 s on a quiet machine. Figures double
 under load: the load average is printed with them.
@@ -73,7 +76,15 @@ def mark(name):
     marks.append((name, time.time(), time.process_time()))
 base, question, mode = sys.argv[1:4]
 import metis_pg.cli as cli
-cli._app()
+argv, sys.argv = sys.argv, ["metis", "search"]
+getattr(cli, "one_shot_process", lambda: None)()  # as the console script sets up a search's process
+sys.argv = argv
+try:
+    app = cli._app("search")  # the commands a search's run registers
+except TypeError:  # an older checkout: every command
+    app = cli._app()
+import typer.main
+typer.main.get_command(app)  # what Typer builds from them at each run
 mark("import the command tree")
 import metis_pg.api as api
 from metis_pg.formats import search_output

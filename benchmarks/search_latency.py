@@ -438,6 +438,26 @@ SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tre
 """
 
 
+# Each relation's own bytes: a table's main fork (with its free space and visibility maps), its
+# TOAST table (with the TOAST index) and each of its indexes; partitions under their parent.
+RELATION_SIZES_SQL = """
+WITH leaves AS (
+    SELECT %(t)s::regclass AS parent, p.relid
+    FROM pg_partition_tree(%(t)s::regclass) AS p WHERE p.isleaf
+    UNION ALL
+    SELECT %(t)s::regclass, %(t)s::regclass WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf)
+)
+SELECT parent::text || ' (table)', sum(pg_table_size(relid) - coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0))
+FROM leaves JOIN pg_class AS c ON c.oid = relid GROUP BY parent
+UNION ALL
+SELECT parent::text || ' (TOAST)', sum(coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0))
+FROM leaves JOIN pg_class AS c ON c.oid = relid GROUP BY parent
+UNION ALL
+SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid)
+FROM leaves JOIN pg_index AS i ON i.indrelid = relid
+"""
+
+
 def base_tables(conn) -> list[str]:
     """Return every table (partitioned tables as one; not views) with a ``base_id`` column, from the catalog."""
     return [r[0] for r in conn.execute(BASE_TABLES_SQL)]
@@ -468,18 +488,28 @@ def table_sizes(conn) -> dict[str, int]:
     return {t: conn.execute(TABLE_SIZE_SQL, {"t": t}).fetchone()[0] for t in base_tables(conn)}
 
 
+def relation_sizes(conn) -> dict[str, int]:
+    """Return ``{relation: bytes}`` for every table of :func:`base_tables`, split: ``"<table> (table)"``
+    (main fork, free space and visibility maps), ``"<table> (TOAST)"`` (with its index) and each index;
+    they add up to :func:`table_sizes`."""
+    return {name: int(size) for t in base_tables(conn)
+            for name, size in conn.execute(RELATION_SIZES_SQL, {"t": t}).fetchall()}
+
+
 def database_size(pool) -> dict:
     """Return the size of every table of :func:`base_tables` (:func:`table_sizes`) and their total per chunk.
 
     Returns:
-        ``{"tables": {name: bytes}, "total_bytes", "chunks_in_database", "mb_per_1k_chunks"}``:
-        the total over the chunks of every base in the database, in MB (10**6 bytes) per 1,000 chunks.
+        ``{"tables": {name: bytes}, "relations": {name: bytes}`` (:func:`relation_sizes`)``,
+        "total_bytes", "chunks_in_database", "mb_per_1k_chunks"}``: the total over the chunks of every
+        base in the database, in MB (10**6 bytes) per 1,000 chunks.
     """
     with pool.connection() as conn:
         tables = table_sizes(conn)
+        relations = relation_sizes(conn)
         chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     total = sum(tables.values())
-    return {"tables": tables, "total_bytes": total, "chunks_in_database": chunks,
+    return {"tables": tables, "relations": relations, "total_bytes": total, "chunks_in_database": chunks,
             "mb_per_1k_chunks": total / 1e6 * 1000 / max(chunks, 1)}
 
 
@@ -1163,6 +1193,10 @@ def print_setting(title: str, figures: dict, details: dict) -> None:
           f"{100 * details['dense_top10_agreement_with_numpy']:.0f}%")
     print(f"  size {figures['mb_per_1k_chunks']:.2f} MB per 1k chunks over {size['chunks_in_database']:,} chunks"
           f" ({tables})")
+    if size.get("relations"):
+        relations = ", ".join(f"{r} {b / 1e6 * 1000 / max(size['chunks_in_database'], 1):.3f}"
+                              for r, b in sorted(size["relations"].items(), key=lambda kv: -kv[1]) if b > 2e5)
+        print(f"  of which, MB per 1k chunks: {relations}")
     i = details["indexing"]
     print(f"  indexing without model time (the indexer's batches, {i['chunks']} chunks of ~{i['mean_chunk_chars']:.0f}"
           f" chars, {i['batch_chunks']} per transaction): {i['chunks_per_s']:.0f} chunks/s")

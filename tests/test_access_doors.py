@@ -119,6 +119,9 @@ def test_mcp_over_http_reads_for_the_tokens_groups(url, kb):  # noqa: F811
                         "search", {"question": f"payroll {SECRET} salary", "bases": [kb.name], "mode": mode,
                                    "top_k": 20}))
                 found["get"] = await client.call_tool("get", {"base": kb.name, "citation": "salaries.md"})
+                for tool, arguments in (("list_bases", {}), ("status", {"base": kb.name})):
+                    bases = _structured(await client.call_tool(tool, arguments))["bases"]
+                    found[tool] = next(b["documents"] for b in bases if b["name"] == kb.name)
                 listed = await client.list_resources()
                 found["resources"] = [str(r.uri) for r in listed.resources]
                 try:
@@ -135,7 +138,9 @@ def test_mcp_over_http_reads_for_the_tokens_groups(url, kb):  # noqa: F811
     assert eng["get"].is_error and "NOT_FOUND" in eng["get"].content[0].text
     assert not _leaks(eng["resources"]) and any("handbook.md" in u for u in eng["resources"])
     assert eng["resource"].startswith("error") and SECRET not in eng["resource"]
+    assert eng["list_bases"] == eng["status"] == 3  # the base's 7 documents counted for eng (all were, before)
     hr = anyio.run(session, HR)
+    assert hr["list_bases"] == hr["status"] == 6  # hr+legal: + salaries.md, legal-only.md, both.md
     assert "salaries.md" in {r["document"] for r in hr["hybrid"]["results"]}
     assert not hr["get"].is_error and SECRET in hr["resource"]
 

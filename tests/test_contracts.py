@@ -125,7 +125,7 @@ def _newest_versions(names: list[str]) -> list[str]:
 
 
 def test_function_files_are_what_the_database_runs(metis):
-    assert "search/bm25_top_k.v4" in _newest_versions(FUNCTION_FILES)
+    assert "search/bm25_top_k.v5" in _newest_versions(FUNCTION_FILES)
     with metis.pool.connection() as conn:
         for name in _newest_versions(FUNCTION_FILES):
             text = sqlfiles.load(name)

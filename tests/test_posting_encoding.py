@@ -33,6 +33,14 @@ def test_postings_of_a_term_in_one_block_and_tier_share_a_row_with_lists():
     assert (encoded.chunks, encoded.terms) == (3, 12)
 
 
+def test_a_row_whose_postings_all_have_its_max_tf_has_no_tfs():
+    # Migration 0023: a posting's tf is then max_tf (every row of tier 0 has tf 1).
+    encoded = encode_blocks([(0, ["tide", "x", "x"]), (3, ["tide", "x", "x"]), (4, ["x", "x", "x"])])
+    assert encoded.rows[("tide", 0, 0)] == PostingRow(first_offset=0, max_tf=1, min_length=3, offsets=[0, 3])
+    assert encoded.rows[("x", 1, 0)] == PostingRow(first_offset=0, max_tf=3, min_length=3, offsets=[0, 3, 4],
+                                                   tfs=[2, 2, 3])
+
+
 def test_tiers_split_by_term_frequency():
     chunks = [(i, ["w"] * tf) for i, tf in enumerate([1, 2, 3, 4, 7, 8, 50])]
     rows = encode_blocks(chunks).rows
@@ -72,8 +80,9 @@ def _oracle_rows(chunks):
         postings.sort()
         offsets = [o for o, _, _ in postings]
         tfs = [t for _, t, _ in postings]
+        # tfs only when the postings do not all have the row's max_tf (migration 0023).
         rows[key] = PostingRow(offsets[0], max(tfs), min(n for _, _, n in postings),
-                               offsets if len(offsets) > 1 else None, tfs if len(tfs) > 1 else None)
+                               offsets if len(offsets) > 1 else None, tfs if len(set(tfs)) > 1 else None)
     return rows
 
 

@@ -43,12 +43,16 @@ def test_stored_posting_rows_equal_the_encoding(dsn, base_name):
         stored = {
             (term, tier, block): PostingRow(first, max_tf, min_length, offsets, tfs)
             for term, tier, block, max_tf, min_length, first, offsets, tfs in conn.execute(
-                "SELECT t.term, p.tier, p.block_no, p.max_tf, p.min_length, p.first_offset, p.offsets, p.tfs"
+                # A row's tier is its max_tf's (migration 0023 stores no tier).
+                "SELECT t.term, CASE WHEN p.max_tf >= 8 THEN 3 WHEN p.max_tf >= 4 THEN 2 WHEN p.max_tf >= 2 THEN 1"
+                " ELSE 0 END, p.block_no, p.max_tf, p.min_length, p.first_offset, p.offsets, p.tfs"
                 " FROM posting_blocks AS p JOIN bm25_terms AS t ON t.base_id = p.base_id AND t.term_id = p.term_id"
                 " WHERE p.base_id = %s", (base.base_id,))
         }
         assert len(expected.rows) > 100 and any(r.offsets for r in expected.rows.values())
         assert {tier for _, tier, _ in expected.rows} == {0, 1, 2, 3}
+        assert any(r.offsets and not r.tfs for r in expected.rows.values())  # several postings, one tf
+        assert any(r.tfs for r in expected.rows.values())
         assert stored == expected.rows
         statistics = {term: (df, max_tf, min_length) for term, df, max_tf, min_length in conn.execute(
             "SELECT term, df, max_tf, min_length FROM bm25_terms WHERE base_id = %s", (base.base_id,))}

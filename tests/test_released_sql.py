@@ -53,6 +53,8 @@ RELEASED: dict[str, tuple[str, str]] = {
     "views/chunk_citations.v5": ("0019", "587b947c57f5139db35625cd40f78aa566b1f0bb62ac7e5a2ba6bcac86aa6432"),
     "access/functions.v1": ("0020", "c29745181bbee4460dc30ae9fad1d9988bb11643339595b0b3bb33b56395ff4b"),
     "access/policies.v1": ("0020", "0f2221e2f080c0d8f8098f8f854355ed5b5549a9982bd5ea025c07485a57794f"),
+    "search/bm25_top_k.v5": ("0023", "c70cee9201f2944abad8321570e1129a5a6dd8bd4a53686db42a448e5d109a62"),
+    "views/postings.v3": ("0023", "6a5d5334f0f1ce7cb8f3719485eeeffaf227f0d5617100606020db7720b9219e"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")
@@ -159,8 +161,15 @@ def test_a_database_upgraded_from_0010_runs_the_newest_keyword_function(fresh_da
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v1"),)]  # what 0011 released
     migrate.upgrade(fresh_database, "0014", settings=Settings.from_env())
     assert _running(fresh_database, "bm25_top_k") == [(_body("search/bm25_top_k.v3"),)]  # migration 0013
-    migrate.upgrade(fresh_database, settings=Settings.from_env())
+    migrate.upgrade(fresh_database, "0022", settings=Settings.from_env())
     # 0016 (issue 20) adds v4's overload with the phrase and exclusion filters (9 arguments); v3's stays.
+    assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
+        [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
+    migrate.upgrade(fresh_database, settings=Settings.from_env())
+    # 0023 (issue 24): v5 reads the narrower posting rows; v3's 7 arguments call it with no filters.
+    v5 = sqlfiles.load("search/bm25_top_k.v5").split("$function$")
+    assert sorted(_running(fresh_database, "bm25_top_k")) == sorted([(v5[1],), (v5[5],)])
+    migrate.downgrade(fresh_database, "0022", settings=Settings.from_env())
     assert sorted(_running(fresh_database, "bm25_top_k")) == sorted(
         [(_body("search/bm25_top_k.v3"),), (_body("search/bm25_top_k.v4"),)])
     migrate.downgrade(fresh_database, "0012", settings=Settings.from_env())

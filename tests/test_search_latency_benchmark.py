@@ -58,7 +58,12 @@ def test_sizes_count_every_table_with_a_base_id_partitions_included(dsn):
         conn.execute("CREATE TABLE bench_blocks_2 PARTITION OF bench_blocks FOR VALUES IN (2)")
         conn.execute("CREATE TABLE bench_no_base (x int)")
         conn.execute("INSERT INTO bench_blocks SELECT 1 + i % 2, repeat('x', 200) FROM generate_series(1, 5000) i")
+        conn.execute("CREATE INDEX ON bench_blocks (base_id)")
         sizes = search_latency.table_sizes(conn)
+        relations = search_latency.relation_sizes(conn)
+        indexes = {"bench_blocks": {r[0] for r in conn.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index AS i"
+            " WHERE i.indrelid IN ('bench_blocks_1'::regclass, 'bench_blocks_2'::regclass)")}}
         parts = sum(conn.execute("SELECT pg_total_relation_size(%s::regclass)", (t,)).fetchone()[0]
                     for t in ("bench_blocks_1", "bench_blocks_2"))
         conn.rollback()
@@ -66,6 +71,12 @@ def test_sizes_count_every_table_with_a_base_id_partitions_included(dsn):
     assert "bench_blocks_1" not in sizes and "bench_no_base" not in sizes  # partitions once, via their parent
     assert {"chunks", "embeddings", "documents", "bm25_terms"} <= set(sizes)
     assert sizes["chunks"] > 0
+    # The split per relation (table, TOAST, each index) adds up to the table's size (bench_blocks: no
+    # other session sees it, so no autovacuum grows its maps between the two reads).
+    assert sum(b for r, b in relations.items() if r in ("bench_blocks (table)", "bench_blocks (TOAST)")
+               or r in indexes["bench_blocks"]) == sizes["bench_blocks"]
+    assert relations["bench_blocks (table)"] > 1_000_000 and len(indexes["bench_blocks"]) == 2  # one per partition
+    assert {"chunks (table)", "chunks (TOAST)", "pk_posting_blocks"} <= set(relations)
 
 
 def test_topics_corpus_has_bursty_topic_words_and_varied_chunk_lengths():

@@ -31,10 +31,24 @@ _ORDER = ("index", "watch", "search", "get", "ls", "eval", "status", "reembed", 
           "demo")
 
 
-def _app() -> Any:
-    """Return the root Typer app with every command registered (importing the topic modules once)."""
-    from . import bases, indexing, memory, searching, servers  # noqa: F401  (each registers its commands)
+#: The topic module registering each command of :data:`ONE_SHOT`.
+_TOPIC = {"search": "searching", "get": "searching", "ls": "searching", "status": "bases"}
+
+
+def _app(command: str | None = None) -> Any:
+    """Return the root Typer app with every command registered (importing the topic modules once), or for a
+    `command` of :data:`ONE_SHOT` at least those of its own topic module.
+
+    Typer builds the Click command of every registered command at each run: ~30 ms of CPU for all of them,
+    ~10 for the module of ``search`` (issue 25). The other modules are imported (registering theirs) by the
+    next call without a `command`, e.g. ``metis --help``, a command of another module, a mistyped one.
+    """
+    from importlib import import_module
+
     from .root import app
+
+    for topic in (_TOPIC[command],) if command in _TOPIC else ("bases", "indexing", "memory", "searching", "servers"):
+        import_module(f"{__name__}.{topic}")  # each registers its commands
 
     app.registered_commands.sort(key=lambda c: _ORDER.index(c.name or c.callback.__name__))
     return app
@@ -47,6 +61,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: Commands that answer and end (no server, watch, indexing or bars): the console script sets their process up
+#: for a short life (:func:`one_shot_process`).
+ONE_SHOT = ("search", "get", "ls", "status")
+
+
 def main() -> None:
     """Entry point of the ``metis`` console script (:func:`metis_pg.cli.root.main`)."""
     if sys.argv[1:] == ["--version"]:  # the one answer that needs no command tree
@@ -54,10 +73,33 @@ def main() -> None:
 
         sys.stdout.write(f"metis_pg {version('metis_pg')}\n")
         return
-    _app()
+    _app(sys.argv[1] if len(sys.argv) > 1 else None)
     from .root import main as run
 
     run()
+
+
+def one_shot_process() -> bool:
+    """Set this process up for a command of :data:`ONE_SHOT` (the first argument); return whether it is one.
+
+    The console script calls it first (before any import of numpy), for a process that ends with the
+    command (issue 25, ``benchmarks/cli_startup.py``):
+
+    - the cyclic garbage collector is turned off (``gc.disable``) to the exit: the ~140 collections Python
+      ran while a search imported its ~520 modules scanned objects that all live until the end, 40-70 ms of
+      CPU at load 10 (``gc.callbacks``); what the command leaves in cycles is freed by its exit;
+    - OpenBLAS (numpy's) starts no thread pool (``OPENBLAS_NUM_THREADS=1``, unless set): a question's vector
+      needs no parallel linear algebra, and starting the pool made ``import numpy`` 60 → 80 ms of CPU and
+      ~120 → ~250 ms of wall time at load 6.
+    """
+    if not (len(sys.argv) > 1 and sys.argv[1] in ONE_SHOT):
+        return False
+    import gc
+    import os
+
+    gc.disable()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return True
 
 
 def script() -> None:
@@ -68,8 +110,10 @@ def script() -> None:
     process that is ending anyway. The exit handlers still run (the embedded server's, the search
     counts', the model workers', logging's) and stdout and stderr are flushed first; with a thread
     still running (not a daemon) the ordinary exit waits for it as always. :func:`main` alone (the
-    tests call it in their own process) ends with ``SystemExit`` as before.
+    tests call it in their own process) ends with ``SystemExit`` as before. A command of
+    :data:`ONE_SHOT` runs in a process set up by :func:`one_shot_process`.
     """
+    one_shot_process()
     try:
         main()
         code: object = 0

@@ -1,5 +1,5 @@
 -- The complete keyword scores of the hybrid statement on Citus (issue 20, issue 22): the statement
--- bm25_chunk_scores (sql/search/bm25_top_k.v4.sql) runs, written without its LATERAL outer join,
+-- bm25_chunk_scores (sql/search/bm25_top_k.v5.sql) runs, written without its LATERAL outer join,
 -- which Citus refuses in a statement it distributes ("cannot perform a lateral outer join when a
 -- distributed subquery references complex subqueries"). metis_pg.retrieval.hybrid_statement puts
 -- it in place of that function's call; the same formula, statistics and rounding, so a chunk scores
@@ -29,6 +29,8 @@ asked AS MATERIALIZED (
 postings AS MATERIALIZED (
     SELECT a.chunk_id, q.idf, q.avg_terms, a.chunk_terms,
            CASE WHEN pb.offsets IS NULL THEN CASE WHEN pb.first_offset = a.o THEN pb.max_tf END
+                -- No tfs: every posting of the row has the tf max_tf (migration 0023).
+                WHEN pb.tfs IS NULL THEN CASE WHEN a.o::smallint = ANY(pb.offsets) THEN pb.max_tf END
                 ELSE pb.tfs[array_position(pb.offsets, a.o::smallint)] END AS tf
     FROM asked AS a
     JOIN query_terms AS q ON q.base_id = a.base_id

@@ -4,9 +4,12 @@
 --
 -- Every row of the document's blocks that holds one of its chunks is rewritten without them (or
 -- deleted when nothing remains), with its max_tf and min_length recomputed: a removed chunk
--- leaves no ghost posting and no stale bound. Terms whose document frequency drops to 0 are deleted;
--- bm25_terms.max_tf and min_length stay as they were (still bounds, if looser). The chunks'
--- lengths in block_lengths become 0, and a block left with no chunk loses its row.
+-- leaves no ghost posting and no stale bound; its tfs are stored only when the postings left do not
+-- all have the tf max_tf (migration 0023). A row is named by its max_tf before the change (the
+-- primary key: base_id, term_id, block_no, max_tf; max_tf stays within its tier). Terms whose
+-- document frequency drops to 0 are deleted; bm25_terms.max_tf and min_length stay as they were
+-- (still bounds, if looser). The chunks' lengths in block_lengths become 0, and a block left with
+-- no chunk loses its row.
 -- Each statement below touches disjoint rows (one statement cannot modify a row twice), and all
 -- read the rows as they were before it: the remaining chunks' lengths are unchanged ones.
 WITH gone AS MATERIALIZED (
@@ -16,7 +19,7 @@ WITH gone AS MATERIALIZED (
     GROUP BY c.chunk_id / 256
 ),
 rewritten AS MATERIALIZED (
-    SELECT pb.term_id, pb.tier, pb.block_no, kept.*
+    SELECT pb.term_id, pb.max_tf AS old_max_tf, pb.block_no, kept.*
     FROM gone AS g
     JOIN posting_blocks AS pb ON pb.base_id = %(base_id)s::int AND pb.block_no = g.block_no
     JOIN block_lengths AS bl ON bl.base_id = %(base_id)s::int AND bl.block_no = g.block_no
@@ -26,9 +29,11 @@ rewritten AS MATERIALIZED (
                array_agg(p.o ORDER BY p.o) FILTER (WHERE p.o <> ALL(g.offsets)) AS offsets,
                array_agg(p.tf ORDER BY p.o) FILTER (WHERE p.o <> ALL(g.offsets)) AS tfs,
                max(p.tf) FILTER (WHERE p.o <> ALL(g.offsets)) AS max_tf,
+               min(p.tf) FILTER (WHERE p.o <> ALL(g.offsets)) AS min_tf,
                min(bl.lengths[p.o + 1]) FILTER (WHERE p.o <> ALL(g.offsets)) AS min_length,
                min(p.o) FILTER (WHERE p.o <> ALL(g.offsets)) AS first_offset
-        FROM unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]), coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)
+        FROM (SELECT u.o, coalesce(u.tf, pb.max_tf) AS tf
+              FROM unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]), pb.tfs) AS u(o, tf)) AS p
     ) AS kept
     -- Only rows holding one of the chunks are unpacked (&&: the arrays overlap).
     WHERE (CASE WHEN pb.offsets IS NULL THEN pb.first_offset = ANY(g.offsets) ELSE pb.offsets && g.offsets END)
@@ -36,16 +41,16 @@ rewritten AS MATERIALIZED (
 emptied_blocks AS (
     DELETE FROM posting_blocks AS pb
     USING rewritten AS r
-    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
+    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.max_tf = r.old_max_tf AND pb.block_no = r.block_no
       AND r.remaining = 0
 ),
 shrunk_blocks AS (
     UPDATE posting_blocks AS pb
     SET max_tf = r.max_tf, min_length = r.min_length, first_offset = r.first_offset,
         offsets = CASE WHEN r.remaining > 1 THEN r.offsets END,
-        tfs = CASE WHEN r.remaining > 1 THEN r.tfs END
+        tfs = CASE WHEN r.remaining > 1 AND r.min_tf < r.max_tf THEN r.tfs END
     FROM rewritten AS r
-    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.tier = r.tier AND pb.block_no = r.block_no
+    WHERE pb.base_id = %(base_id)s::int AND pb.term_id = r.term_id AND pb.max_tf = r.old_max_tf AND pb.block_no = r.block_no
       AND r.remaining > 0
 ),
 zeroed_lengths AS MATERIALIZED (
