@@ -117,6 +117,36 @@ def test_no_runtime_dir_warning_reaches_stderr(tmp_path):
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_the_runtime_folder_made_when_xdg_runtime_dir_is_unset_is_private(tmp_path, monkeypatch):
+    """A Python program that connects printed platformdirs' RuntimeDirWarning: metis made /tmp/runtime-<uid>
+    with os.makedirs (0755 under the usual umask) and platformdirs then refuses it (not 0700)."""
+    import warnings
+
+    import platformdirs
+
+    from metis_pg.db import embedded
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    runtime = tmp_path / "runtime-me"
+    monkeypatch.setattr(embedded, "_default_runtime_dir", lambda: runtime)
+    old = os.umask(0o022)
+    try:
+        embedded.prepare_pgserver_import()
+    finally:
+        os.umask(old)
+    assert os.environ["XDG_RUNTIME_DIR"] == str(runtime)
+    assert runtime.stat().st_mode & 0o777 == 0o700
+    assert (runtime / "python_PostgresServer").is_dir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert platformdirs.user_runtime_path() == runtime
+    assert not [w for w in caught if "XDG_RUNTIME_DIR" in str(w.message)], [str(w.message) for w in caught]
+    runtime.chmod(0o755)  # left loose by an earlier version: tightened at the next start
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    embedded.prepare_pgserver_import()
+    assert runtime.stat().st_mode & 0o777 == 0o700
+
+
 VACUUM = {"maintenance.md": "# Vacuum\n\nVacuum reclaims the storage of dead rows in a table.\n",
           "old.md": "# Legacy vacuum\n\nOn legacy servers vacuum full locked the whole table.\n"}
 

