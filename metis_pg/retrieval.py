@@ -144,7 +144,7 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
     return LegTimes(dense=times["dense"], keyword=times["keyword"], fuse=_ms(finished, previous))
 
 
-#: The arguments of bm25_top_k (sql/search/bm25_top_k.v4.sql) as the hybrid statement's parameters.
+#: The arguments of bm25_top_k (sql/search/bm25_top_k.v5.sql) as the hybrid statement's parameters.
 _KEYWORD_ARGUMENTS = {
     "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
     "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_read)s::int",
@@ -190,7 +190,7 @@ def _inline_call(statement: str, call: str, alias: str, body: str) -> str:
 @lru_cache(maxsize=2)
 def hybrid_statement(citus: bool) -> str:
     """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the statements of the keyword
-    leg (the body of ``bm25_top_k``, sql/search/bm25_top_k.v4.sql) and of the complete scores
+    leg (the body of ``bm25_top_k``, sql/search/bm25_top_k.v5.sql) and of the complete scores
     (``sql/citus/complete_scores.sql``, bm25_chunk_scores's statement without its LATERAL outer
     join) in place of the functions' calls.
 
@@ -204,7 +204,7 @@ def hybrid_statement(citus: bool) -> str:
     hybrid = sqlfiles.load("search/hybrid")
     if not citus:
         return hybrid
-    functions = sqlfiles.load("search/bm25_top_k.v4")
+    functions = sqlfiles.load("search/bm25_top_k.v5")
     keyword = _function_body(functions, "bm25_top_k", _KEYWORD_ARGUMENTS)
     hybrid = _inline_call(hybrid, "bm25_top_k", "k", keyword)
     # bm25_chunk_scores's own statement has a LATERAL outer join, which Citus refuses here: its form

@@ -60,7 +60,7 @@
 --             ln(1 + (N - df + 0.5) / (df + 0.5)); N, df and the average chunk length are
 --             per base (bm25_totals, bm25_terms), so each base keeps its own statistics.
 --             Exact top leg_limit over posting blocks, with MaxScore and block-max pruning
---             (sql/search/bm25_top_k.v4.sql).
+--             (sql/search/bm25_top_k.v5.sql).
 --   complete scores: every candidate either leg kept gets the other leg's exact score too (cosine
 --             by chunk id; BM25 by bm25_chunk_scores, 0 when it holds no term); ranks stay the
 --             legs' own (NULL when the leg did not keep the chunk).
@@ -174,7 +174,7 @@ dense AS MATERIALIZED (
     LIMIT %(leg_limit)s
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
--- (sql/search/bm25_top_k.v4.sql: MaxScore and block-max pruning, planned once per session).
+-- (sql/search/bm25_top_k.v5.sql: MaxScore and block-max pruning, planned once per session).
 keyword_read AS MATERIALIZED (
     SELECT k.chunk_id,
            k.score,
