@@ -94,7 +94,7 @@ def statement_at(revision: str, citus: bool) -> str:
     hybrid = show("sql/search/hybrid.sql")
     if not citus:
         return hybrid
-    keyword = retrieval._function_body(sqlfiles.load("search/bm25_top_k.v4"), "bm25_top_k",
+    keyword = retrieval._function_body(sqlfiles.load("search/bm25_top_k.v5"), "bm25_top_k",
                                        retrieval._KEYWORD_ARGUMENTS)
     hybrid = retrieval._inline_call(hybrid, "bm25_top_k", "k", keyword)
     complete = show("sql/citus/complete_scores.sql").rstrip().rstrip(";")

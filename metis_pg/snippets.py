@@ -32,7 +32,7 @@ _WORD = re.compile(r"\S+")
 #: A run of letters and digits (``_`` is not a letter, as for the tokenizer): what a mark covers.
 _RUN = re.compile(r"[^\W_]+")
 #: A term held by more than this share of a base's chunks is common there: not marked (unless it is the
-#: question's rarest). The keyword leg calls a term common by the same share (sql/search/bm25_top_k.v4.sql).
+#: question's rarest). The keyword leg calls a term common by the same share (sql/search/bm25_top_k.v5.sql).
 COMMON_SHARE = 0.1
 
 

@@ -17,6 +17,8 @@ so an idle watcher costs no CPU) and runs the same incremental indexing as ``met
   runs). A file written again and again (a log) does not hold a burst open: watchfiles counts
   distinct (change, path) pairs, and the same pair again adds none. Events that come during a
   run are gathered meanwhile and make one more run after it (one, however many they are);
+- the folders are followed before the pending runs (the catch-up at start, a folder back)
+  index them, so a file saved during such a run makes one more run;
 - a file that fails is skipped with its reason (the run's report), and watching goes on;
 - the database or the model restarting does not end it: a run that fails for want of the
   database is tried again every ``retry_s`` seconds, and chunks left without a vector while
@@ -102,7 +104,11 @@ class Watched:
 @dataclass
 class _State:
     pending: set[Watched] = field(default_factory=set)  # to index again: changed, or their last run failed
-    retry_at: float = 0.0
+    retry_at: float = 0.0  # a run failed (database down): no run before this
+    # Indexed, but chunks were left without a vector (the model was down): indexed again at embed_at
+    # to embed them. A change to any folder meanwhile is indexed at once, not held until then.
+    embed_later: set[Watched] = field(default_factory=set)
+    embed_at: float = 0.0
 
 
 class Watcher:
@@ -172,19 +178,17 @@ class Watcher:
         Args:
             catch_up: index every target once first (what changed while nobody watched).
         """
-        import watchfiles
-
         bases = sorted({t.base for t in self.targets})
         log.info("watching %s", ", ".join(f"{t.base}:{t.root}" for t in self.targets))
         if catch_up:
             self._state.pending.update(self.targets)
         self._heartbeat(bases)
         try:
-            self._watch(bases, watchfiles)
+            self._watch(bases)
         finally:
             self._heartbeat(bases, leaving=True)
 
-    def _watch(self, bases: Sequence[str], watchfiles) -> None:
+    def _watch(self, bases: Sequence[str]) -> None:
         """Follow the folders there are; when one goes or comes back, follow the ones there are then.
 
         watchfiles refuses a folder that does not exist (``FileNotFoundError: No path was found``):
@@ -192,7 +196,6 @@ class Watcher:
         there, the targets are tried again every ``retry_s`` (each run says "folder gone").
         """
         last_beat = time.monotonic()
-        self._run_pending()
         while not self.stop_event.is_set():
             roots = {t.root for t in self.targets if t.root.is_dir()}
             if not roots:
@@ -204,34 +207,58 @@ class Watcher:
                     self._run_pending()
                 continue
             try:
-                last_beat = self._follow(roots, bases, watchfiles, last_beat)
+                last_beat = self._follow(roots, bases, last_beat)
             except FileNotFoundError:  # a folder went between the check and the watch's start
                 continue
 
-    def _follow(self, roots: set[Path], bases: Sequence[str], watchfiles, last_beat: float) -> float:
+    def _follow(self, roots: set[Path], bases: Sequence[str], last_beat: float) -> float:
         """Watch `roots` until stopped, or until the folders there are differ from `roots`; return the
-        time of the last heartbeat."""
-        # rust_timeout: the longest the file-event wait blocks (milliseconds); it returns an empty
-        # set then, for the heartbeat, retries and the stop request. No polling of the files.
-        for changes in watchfiles.watch(
-            *roots, watch_filter=_relevant, debounce=self.debounce_ms, step=QUIET_MS,
-            stop_event=self.stop_event, rust_timeout=int(min(self.heartbeat_s, self.retry_s) * 1000),
-            yield_on_timeout=True, raise_interrupt=True, recursive=True,
-        ):
-            if self.stop_event.is_set():
-                break
-            if changes:
-                touched = self._targets_touched(path for _, path in changes)
-                log.info("%d changes in %s", len(changes), ", ".join(sorted(f"{t.base}:{t.source}" for t in touched)))
-                self._state.pending.update(touched)
-            if time.monotonic() - last_beat >= self.heartbeat_s:
-                self._heartbeat(bases)
-                last_beat = time.monotonic()
+        time of the last heartbeat.
+
+        The folders are followed first, then the pending runs (the catch-up at start, a folder
+        back) index them: what changes during those runs is gathered and makes one more run. They
+        ran before the watch began, and a file saved during them, after their walk, was never
+        indexed. watchfiles' ``watch()`` starts following only once it waits for the first event,
+        so its documented backend (``RustNotify``, whose ``watch`` is the wait that ``watch()``
+        loops on) is used directly.
+
+        Raises:
+            FileNotFoundError: a folder of `roots` went before it was followed.
+            KeyboardInterrupt: Ctrl-C (or SIGTERM: :data:`TERMINATED` says which) while waiting.
+        """
+        from watchfiles import Change
+        from watchfiles._rust_notify import RustNotify
+        from watchfiles.main import _default_force_polling, _default_poll_delay_ms
+
+        # The wait's timeout (milliseconds): the longest it blocks; it answers "timeout" then, for the
+        # heartbeat, retries and the stop request. No polling of the files (inotify).
+        timeout_ms = int(min(self.heartbeat_s, self.retry_s) * 1000)
+        # (paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied); polling
+        # as watch() decides it (WATCHFILES_FORCE_POLLING, WATCHFILES_POLL_DELAY_MS, WSL), since
+        # network and WSL mounts give no inotify events.
+        force_polling = _default_force_polling(None)
+        poll_delay_ms = _default_poll_delay_ms(300)
+        with RustNotify([str(r) for r in sorted(roots)], False, force_polling, poll_delay_ms, True, False) as notify:
             self._run_pending()
-            there = {t.root for t in self.targets if t.root.is_dir()}
-            if there != roots:  # a folder went (or is back: a new folder, maybe): follow the ones there are
-                self._state.pending.update(t for t in self.targets if t.root in there - roots)
-                break
+            while not self.stop_event.is_set():
+                raw = notify.watch(self.debounce_ms, QUIET_MS, timeout_ms, self.stop_event)
+                if raw == "signal":  # a signal's handler raised (Ctrl-C, SIGTERM) while waiting
+                    raise KeyboardInterrupt
+                if raw == "stop":
+                    break
+                changes = [] if raw == "timeout" else [p for c, p in raw if _relevant(Change(c), p)]
+                if changes:
+                    touched = self._targets_touched(changes)
+                    log.info("%d changes in %s", len(changes), ", ".join(sorted(f"{t.base}:{t.source}" for t in touched)))
+                    self._state.pending.update(touched)
+                if time.monotonic() - last_beat >= self.heartbeat_s:
+                    self._heartbeat(bases)
+                    last_beat = time.monotonic()
+                self._run_pending()
+                there = {t.root for t in self.targets if t.root.is_dir()}
+                if there != roots:  # a folder went (or is back: a new folder, maybe): follow the ones there are
+                    self._state.pending.update(t for t in self.targets if t.root in there - roots)
+                    break
         return last_beat
 
     def _targets_touched(self, paths: Iterable[str]) -> set[Watched]:
@@ -246,7 +273,11 @@ class Watcher:
     def _run_pending(self) -> None:
         """Index every pending target once; one that fails stays pending (retried after retry_s)."""
         state = self._state
-        if not state.pending or time.monotonic() < state.retry_at:
+        now = time.monotonic()
+        if state.embed_later and now >= state.embed_at:
+            state.pending |= state.embed_later
+            state.embed_later.clear()
+        if not state.pending or now < state.retry_at:
             return
         for target in sorted(state.pending, key=lambda t: (t.base, str(t.root))):
             if self.stop_event.is_set():
@@ -258,10 +289,12 @@ class Watcher:
                 self.on_report(target, report, error)
             if error is None:
                 state.pending.discard(target)
+                state.embed_later.discard(target)
                 # The model was down: embed later (not the chunks it refused: they are not sent again).
+                # Not through retry_at: a file saved meanwhile waited for it (heartbeat_s, 30 s), not 300 ms.
                 if report is not None and report.chunks_without_vector > report.chunks_refused:
-                    state.pending.add(target)
-                    state.retry_at = time.monotonic() + self.heartbeat_s
+                    state.embed_later.add(target)
+                    state.embed_at = time.monotonic() + self.heartbeat_s
                 else:
                     self._caught_up(target.base)
             else:

@@ -60,16 +60,19 @@ def bm25_state(metis: metis_pg.Metis, base: str) -> dict:
         ).fetchall())
         orphans = one("SELECT count(*) FROM metis.postings p WHERE p.base_id = %s"
                       " AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = p.chunk_id)")[0]
-        # Each block's bounds are those of the postings it holds, and its lengths those of its chunks.
+        # Each block's bounds are those of the postings it holds, its postings all of its max_tf's tier
+        # (0 for tf 1, 1 for 2-3, 2 for 4-7, 3 for 8+), its tfs stored only when they are not all its
+        # max_tf (migration 0023), and its lengths those of its chunks.
         stale_bounds = one(
-            "SELECT count(*) FROM (SELECT pb.term_id, pb.tier, pb.block_no, pb.max_tf, pb.min_length,"
-            "  max(p.tf) AS tf, min(bl.lengths[p.o + 1]) AS length,"
-            "  bool_and(least(3, floor(log(2, p.tf::numeric))) = pb.tier) AS in_tier FROM posting_blocks pb"
+            "SELECT count(*) FROM (SELECT pb.term_id, pb.block_no, pb.max_tf, pb.min_length,"
+            "  max(p.tf) AS tf, min(p.tf) AS min_tf, min(bl.lengths[p.o + 1]) AS length, pb.tfs IS NULL AS no_tfs,"
+            "  bool_and(least(3, floor(log(2, p.tf::numeric))) = least(3, floor(log(2, pb.max_tf::numeric))))"
+            "    AS in_tier FROM posting_blocks pb"
             "  JOIN block_lengths bl USING (base_id, block_no)"
-            "  CROSS JOIN LATERAL unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]),"
-            "                            coalesce(pb.tfs, ARRAY[pb.max_tf])) AS p(o, tf)"
-            "  WHERE pb.base_id = %s GROUP BY 1, 2, 3, 4, 5) AS x"
-            " WHERE x.max_tf <> x.tf OR x.min_length <> x.length OR NOT x.in_tier")[0]
+            "  CROSS JOIN LATERAL (SELECT u.o, coalesce(u.tf, pb.max_tf) AS tf"
+            "                      FROM unnest(coalesce(pb.offsets, ARRAY[pb.first_offset]), pb.tfs) AS u(o, tf)) AS p"
+            "  WHERE pb.base_id = %s GROUP BY 1, 2, 3, 4, pb.tfs) AS x"
+            " WHERE x.max_tf <> x.tf OR x.min_length <> x.length OR NOT x.in_tier OR (x.min_tf = x.tf) <> x.no_tfs")[0]
         stale_lengths = conn.execute(
             "SELECT count(*) FROM (SELECT bl.block_no::bigint * 256 + u.o - 1 AS chunk_id, u.length"
             "  FROM block_lengths bl CROSS JOIN LATERAL unnest(bl.lengths) WITH ORDINALITY AS u(length, o)"

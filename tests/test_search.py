@@ -297,13 +297,15 @@ def zipf_base(metis: metis_pg.Metis):
 
 def explain_keyword_leg(conn, base_id: int, terms: list[str]) -> str:
     """EXPLAIN ANALYZE of the statement function bm25_top_k runs (its plans are not shown by the caller's)."""
-    body = sqlfiles.load("search/bm25_top_k.v1")
-    statement = body.split("RETURN QUERY", 1)[1].rsplit(";\nEND", 1)[0]
+    # The newest version (the one the database runs: v1's reads rows of migration 0011's layout).
+    body = sqlfiles.load("search/bm25_top_k.v5")
+    statement = body.split("RETURN QUERY", 1)[1].split(";\nEND", 1)[0]
     types = {"p_base_ids": "int[]", "p_terms": "text[]", "p_term_weights": "float8[]", "p_k1": "float8",
-             "p_b": "float8", "p_leg_limit": "int", "p_documents": "bigint[]"}
+             "p_b": "float8", "p_leg_limit": "int", "p_documents": "bigint[]", "p_only_chunks": "bigint[]",
+             "p_drop_chunks": "bigint[]"}
     statement = re.sub(r"\bp_[a-z0-9_]+\b", lambda m: f"%({m[0]})s::{types[m[0]]}" if m[0] in types else m[0], statement)
     params = {"p_base_ids": [base_id], "p_terms": terms, "p_term_weights": None, "p_k1": 1.2, "p_b": 0.75,
-              "p_leg_limit": 50, "p_documents": None}
+              "p_leg_limit": 50, "p_documents": None, "p_only_chunks": None, "p_drop_chunks": None}
     return "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + statement, params))
 
 

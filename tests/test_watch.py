@@ -49,8 +49,9 @@ class Running:
 
     def __init__(self, metis: metis_pg.Metis, base: str, **options) -> None:
         self.reports: list = []
-        self.watcher = Watcher(metis, resolve_targets(metis, base, []), heartbeat_s=1.0,
-                               retry_s=0.5, on_report=lambda t, r, e: self.reports.append((r, e)), **options)
+        self.watcher = Watcher(metis, resolve_targets(metis, base, []),
+                               on_report=lambda t, r, e: self.reports.append((r, e)),
+                               **{"heartbeat_s": 1.0, "retry_s": 0.5, **options})
         self.thread = threading.Thread(target=self.watcher.run, daemon=True)
 
     def __enter__(self) -> "Running":
@@ -171,6 +172,26 @@ def test_metis_watch_indexes_a_burst_written_over_more_than_the_old_cap_in_one_r
     assert burst_runs[0]["report"]["new"] == 50 and burst_runs[0]["error"] is None, burst_runs
 
 
+def test_a_file_saved_while_the_catch_up_run_indexes_is_indexed(metis, watched, kb, monkeypatch):
+    """The catch-up run (what changed while nobody watched) ran before the folder was followed: a
+    file saved during it, after its walk, made no event anyone heard and was never indexed. The
+    folder is now followed first, then caught up."""
+    real_index = metis.index
+    calls = {"n": 0}
+
+    def index_then_save(*args, **kwargs):
+        report = real_index(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:  # saved once the catch-up's walk is over, before it returns
+            (kb / "skerry.txt").write_text("Skerries break the swell off the point.")
+        return report
+
+    monkeypatch.setattr(metis, "index", index_then_save)
+    with Running(metis, watched):
+        wait_for(lambda: found_by_words(metis, watched, "skerries") == {"skerry.txt"},
+                 "the file saved during the catch-up run", timeout_s=20)
+
+
 def test_the_database_failing_does_not_end_watching(metis, watched, kb, monkeypatch):
     real_index = metis.index
     calls = {"n": 0}
@@ -187,6 +208,22 @@ def test_the_database_failing_does_not_end_watching(metis, watched, kb, monkeypa
         wait_for(lambda: found_by_words(metis, watched, "storm") == {"storm.txt"}, "indexed once the database is back")
         errors = [e for _, e in running.reports if e]
     assert len(errors) == 2 and all("database unavailable" in e for e in errors), errors
+
+
+def test_a_save_is_indexed_at_once_while_the_model_is_down(metis, base_name, kb, tmp_path):
+    """With the embedding model down, a run leaves chunks without a vector and the watch indexes again
+    a heartbeat later to embed them. That retry held every change: a file saved meanwhile was found by
+    words only up to heartbeat_s (30 s in `metis watch`) later, not after the 300 ms quiet gap."""
+    from model_servers import free_port
+
+    metis.create_base(base_name, embedding_model="down-hash", embedding_url=f"http://127.0.0.1:{free_port()}",
+                      embedding_dim=32, model_timeout_s=1)
+    assert metis.index(base_name, kb).chunks_without_vector == 2
+    with Running(metis, base_name, heartbeat_s=60.0):  # the retry to embed comes 60 s after the catch-up
+        (kb / "saved.txt").write_text("Saved while the model is down: cormorants dive.")
+        wait_for(lambda: found_by_words(metis, base_name, "cormorants") == {"saved.txt"},
+                 "a save found by words before the embedding retry", timeout_s=30)
+    assert metis.base(base_name).status == "waiting"
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
@@ -272,6 +309,32 @@ def test_metis_watch_follows_a_folder_deleted_and_made_again(metis, dsn, base_na
         (kb / "shag.txt").write_text("Shags dry their wings on the rocks.")
         wait_for(lambda: documents(metis, base_name) == {"petrel.txt", "shag.txt"}, "a later change, followed",
                  timeout_s=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err, (out, err)
+
+
+def _inotify_descriptors(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+
+
+def test_metis_watch_polls_when_watchfiles_force_polling_is_set(dsn, metis, watched, kb):
+    """Network and WSL mounts give no inotify events: watchfiles' WATCHFILES_FORCE_POLLING (and its WSL
+    check) make it poll. Calling its backend directly had dropped that: the watch used inotify
+    whatever the environment said. With the variable set, the process holds no inotify descriptor
+    and a save is still found."""
+    env = dict(os.environ, WATCHFILES_FORCE_POLLING="1", WATCHFILES_POLL_DELAY_MS="100")
+    proc = subprocess.Popen([str(METIS_SCRIPT), "watch", str(kb), "--base", watched, "--dsn", dsn,
+                             "--debounce-ms", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert "watching" in proc.stdout.readline()
+        wait_for(lambda: metis.base(watched).caught_up_at is not None, "the catch-up run")
+        assert _inotify_descriptors(proc.pid) == 0
+        (kb / "gannet.txt").write_text("Gannets plunge from thirty metres.")
+        wait_for(lambda: "gannet.txt" in found_by_words(metis, watched, "gannets"), "a save found by polling")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)

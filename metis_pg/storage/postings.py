@@ -231,10 +231,13 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
         if new_terms:
             term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
         term_id = np.array([term_ids[t] for t in encoded.terms], np.int64)[encoded.term]
-        # In primary-key order (term, block, max_tf) within each group of rows of the same layout
-        # (_rows_binary builds a group at a time), so not one ordered stream. By binary COPY, the
+        # In descending primary-key order (term, block, max_tf) within each group of rows of the same
+        # layout (_rows_binary builds a group at a time), so not one ordered stream. Descending: each
+        # term's new keys go at the end of its range of the primary key, and inserted in ascending
+        # order they leave its leaf pages a third emptier (measured: 1.63 against 1.45 MB per 1,000
+        # chunks in 2,000-chunk batches, 1.12 built at once; docs/performance.md). By binary COPY, the
         # stream built in numpy (psycopg formats rows and lists in Python).
-        order = np.lexsort((encoded.max_tf, encoded.block_no, term_id))
+        order = np.lexsort((encoded.max_tf, encoded.block_no, term_id))[::-1]
         with cur.copy(_COPY_BLOCKS_BINARY) as copy:
             copy.write(_rows_binary(base_id, term_id, encoded, order))
     with cur.copy(_COPY_LENGTHS) as copy:

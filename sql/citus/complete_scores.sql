@@ -1,5 +1,5 @@
 -- The complete keyword scores of the hybrid statement on Citus (issue 20, issue 22): the statement
--- bm25_chunk_scores (sql/search/bm25_top_k.v4.sql) runs, written without its LATERAL outer join,
+-- bm25_chunk_scores (sql/search/bm25_top_k.v5.sql) runs, written without its LATERAL outer join,
 -- which Citus refuses in a statement it distributes ("cannot perform a lateral outer join when a
 -- distributed subquery references complex subqueries"). metis_pg.retrieval.hybrid_statement puts
 -- it in place of that function's call; the same formula, statistics and rounding, so a chunk scores
