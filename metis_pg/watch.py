@@ -104,7 +104,11 @@ class Watched:
 @dataclass
 class _State:
     pending: set[Watched] = field(default_factory=set)  # to index again: changed, or their last run failed
-    retry_at: float = 0.0
+    retry_at: float = 0.0  # a run failed (database down): no run before this
+    # Indexed, but chunks were left without a vector (the model was down): indexed again at embed_at
+    # to embed them. A change to any folder meanwhile is indexed at once, not held until then.
+    embed_later: set[Watched] = field(default_factory=set)
+    embed_at: float = 0.0
 
 
 class Watcher:
@@ -269,7 +273,11 @@ class Watcher:
     def _run_pending(self) -> None:
         """Index every pending target once; one that fails stays pending (retried after retry_s)."""
         state = self._state
-        if not state.pending or time.monotonic() < state.retry_at:
+        now = time.monotonic()
+        if state.embed_later and now >= state.embed_at:
+            state.pending |= state.embed_later
+            state.embed_later.clear()
+        if not state.pending or now < state.retry_at:
             return
         for target in sorted(state.pending, key=lambda t: (t.base, str(t.root))):
             if self.stop_event.is_set():
@@ -281,10 +289,12 @@ class Watcher:
                 self.on_report(target, report, error)
             if error is None:
                 state.pending.discard(target)
+                state.embed_later.discard(target)
                 # The model was down: embed later (not the chunks it refused: they are not sent again).
+                # Not through retry_at: a file saved meanwhile waited for it (heartbeat_s, 30 s), not 300 ms.
                 if report is not None and report.chunks_without_vector > report.chunks_refused:
-                    state.pending.add(target)
-                    state.retry_at = time.monotonic() + self.heartbeat_s
+                    state.embed_later.add(target)
+                    state.embed_at = time.monotonic() + self.heartbeat_s
                 else:
                     self._caught_up(target.base)
             else:
