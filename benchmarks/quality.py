@@ -229,6 +229,16 @@ class Setting:
         return base + (f", routed ({routed})" if routed else "")
 
 
+def copies_at_default(sets: dict[str, list[Question]], groups: dict[str, str]) -> dict[str, Any]:
+    """Copies collapsed or kept, the default's fusion fixed: chosen on all sets and on each fold's
+    training sets ("tie" when both score the same there)."""
+    def choose(train: dict[str, list[Question]]) -> str:
+        kept, collapsed = (objective(train, replace(default_setting(), collapse=c)) for c in (False, True))
+        return "collapsed" if collapsed > kept else "kept" if kept > collapsed else "tie"
+    folds = {g: choose({n: qs for n, qs in sets.items() if groups[n] != g}) for g in sorted(set(groups.values()))}
+    return {"all": choose(sets), "folds": folds}
+
+
 def default_setting() -> Setting:
     """The code's default: a new base's fusion (``BaseSpec()``), unrouted."""
     spec = BaseSpec()
@@ -331,7 +341,32 @@ def report(sets: dict[str, list[Question]], groups: dict[str, str], commands: di
     print("\nnDCG@10 per question type\n")
     print("\n".join(type_lines))
     print(f"\nFitted on all sets (the defaults): {final.describe()}")
-    return {"final": final.describe(), "final_setting": final.__dict__, "sets": rows}
+    copies = copies_at_default(sets, groups)
+    print(f"\nCopies collapsed or kept at the default fusion ({default.describe()}): fitted on all: {copies['all']}; "
+          + "; ".join(f"without {g}: {c}" for g, c in copies["folds"].items()))
+    return {"copies_at_default": copies, "final": final.describe(), "final_setting": final.__dict__, "sets": rows}
+
+
+def losing_questions(name: str, qs: list[Question], setting: Setting) -> list[str]:
+    """Lines for the questions of a set where `setting` scores below the better leg alone: each
+    order's first six passages as (document, dense rank, keyword rank, cosine, BM25)."""
+    out = []
+    for q in qs:
+        hybrid = setting.score(q, exact=True)[0]
+        keyword, dense = q.leg(3, setting.collapse)[0], q.leg(1, setting.collapse)[0]
+        if hybrid >= max(keyword, dense) - 1e-9:
+            continue
+        cands = q.variants[setting.collapse]
+        out.append(f"{name} {q.id}: hybrid {hybrid:.3f}, keyword {keyword:.3f}, dense {dense:.3f}: {q.question!r}; "
+                   f"relevant {q.grades}")
+        legs = {label: [i for _, i in sorted((c[k], i) for i, c in enumerate(cands) if c[k])]
+                for label, k in (("keyword", 3), ("dense", 1))}
+        legs["hybrid"] = q.order(setting.function, setting.share_for(q), collapse=setting.collapse)
+        for label, order in legs.items():
+            top = [(q.variant_keys[setting.collapse][i][0], cands[i][1], cands[i][3], round(cands[i][0] or 0, 3),
+                    round(cands[i][2] or 0, 2)) for i in order[:6]]
+            out.append(f"    {label:8s} {top}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="read the candidates from here (repeatable); no database")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--no-routing", action="store_true", help="fit settings without routing shifts only")
+    parser.add_argument("--questions", action="append", default=[],
+                        help="print this set's questions where the default scores below the better leg (repeatable)")
     args = parser.parse_args(argv)
     specs = [s for s in all_sets() if not args.only or s.name in args.only]
     if args.from_candidates:
@@ -369,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.candidates.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
     sets = {n: [Question(q) for q in qs] for n, qs in data["sets"].items() if not args.only or n in args.only}
     result = report(sets, {n: data["groups"][n] for n in sets}, data["commands"], routed=not args.no_routing)
+    for name in args.questions:
+        print(f"\nQuestions of {name} where the default ({default_setting().describe()}) is below the better leg\n")
+        print("\n".join(losing_questions(name, sets[name], default_setting())) or "(none)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

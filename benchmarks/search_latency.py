@@ -796,12 +796,16 @@ class _ExplainingConnection:
         return getattr(self._conn, name)
 
 
-def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None) -> str:
+def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None,
+                 principals: Sequence[str] | None = None) -> str:
     """Return EXPLAIN (ANALYZE, BUFFERS) of the fused statement for one query, with the parameters
-    ``run_search`` itself gives it (whatever they are)."""
+    ``run_search`` itself gives it (whatever they are); on behalf of `principals` (row-level
+    security, as :class:`metis_pg.access.OnBehalf` runs it) unless None."""
     plans: list[str] = []
     with pool.connection() as conn:
         for _ in range(2):  # the first warms
+            if principals is not None:
+                access.begin_on_behalf(conn, principals)
             run_search(_ExplainingConnection(conn, plans), base_ids=[corpus.base_id], model=corpus.model,
                        query_embedding=q.vector, terms=q.terms, top_k=TOP_K, filters=Filters(path_prefix=path_prefix))
     if not plans:
@@ -1097,7 +1101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.explain.write_text(
                 f"-- {command}\n-- {corpus.chunks} chunks, terms {q.terms}\n" + explain_fused(pool, corpus, q)
                 + f"\n\n-- same, path_prefix {FILTER_PREFIX!r}\n" + explain_fused(pool, corpus, q, FILTER_PREFIX)
-                + "\n")
+                + "\n\n-- same, no filter, on behalf of eng (row-level security)\n"
+                + explain_fused(pool, corpus, q, principals=["eng"]) + "\n")
         if args.bases > 1:
             report[f"bases_{args.bases}"] = many_bases(pool, dsn, corpora, args, w, rng, queries, spec)
         if args.storage_compare:

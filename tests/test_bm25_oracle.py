@@ -140,10 +140,12 @@ def difference(got: list[tuple[int, float]], expected: list[tuple[int, float]]) 
 
 def keyword_top(conn, base_ids: Sequence[int], question: Sequence[str], *, prefix: str | None = None,
                 compounds: bool = False) -> list[tuple[int, float]]:
-    """The keyword leg's top 50 through ``retrieval.run_search`` (mode keyword): [(chunk_id, score)]."""
+    """The keyword leg's top 50 through ``retrieval.run_search`` (mode keyword): [(chunk_id, score)],
+    copies of one text kept (the corpus repeats short texts; exhaustive BM25 ranks every copy)."""
     found, _ = retrieval.run_search(conn, base_ids=list(base_ids), model=MODEL, query_embedding=None,
                                     terms=list(question), top_k=TOP, legs_top_k=LEGS_TOP_K,
-                                    filters=retrieval.Filters(path_prefix=prefix), compounds=compounds)
+                                    filters=retrieval.Filters(path_prefix=prefix), compounds=compounds,
+                                    collapse_copies=False)
     assert all(c.dense is None for c in found)
     assert [c.keyword_rank for c in found] == list(range(1, len(found) + 1))
     return [(c.chunk_id, c.keyword) for c in found]

@@ -149,6 +149,8 @@ def test_the_hybrid_statement_of_one_base_is_a_router_query(m, bases, case):
               "dense_weight": 1.0, "keyword_weight": 1.0, "leg_limit": 50, "top_k": 10,
               "asked_terms": query_terms("kiln glaze"), "only_chunks": chunk_ids if only else None,
               "exclude_terms": exclude, "restricted": False,
+              # Copies collapsed (issue 20): the chunks' texts are read on the base's shard too.
+              "collapse_copies": True, "leg_read": 50 * retrieval.COPIES_READ,
               **fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=60, weight_sum=2.0, dense_share=0.5,
                             route_absent=0.0, route_weak=0.0, weak_ratio=0.0, fired=()).params(),
               **retrieval.Filters.from_mapping(filters).to_params()}

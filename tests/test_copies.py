@@ -4,8 +4,9 @@ of a chunk the leg ranked above it takes no place in that leg.
 A real base in the embedded PostgreSQL, made like npm's manual: ten command pages each document
 the same two options under their own heading (the same text, in pages of different titles), beside
 60 pages of their own. Each leg of ``sql/search/hybrid.sql`` is checked against the same leg with
-copies kept, asked long enough to rank every chunk: collapsed, it is that list with every later
-copy of a text removed, cut at leg_limit, ranked from 1, with the same scores.
+copies kept, asked long enough to rank every chunk: collapsed, the dense leg is that list with
+every later copy of a text removed, cut at leg_limit, ranked from 1, with the same scores; the
+keyword leg is its top leg_limit with every later copy removed.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
 
+import httpx
 import numpy as np
 import pytest
 
 import metis_pg
-from metis_pg import retrieval, storage
+from metis_pg import retrieval, service, storage
+from metis_pg.config import BaseSpec
+from metis_pg.errors import ConfigError, InvalidInput
 from metis_pg.tokenizer import query_terms
 
 import hash_embedder
+from cli_runner import run_cli
 from corpus import write_corpus
 
 WORDS = ("package folder symlink install dependency registry cache workspace script lockfile version "
@@ -34,6 +39,7 @@ SHARED = {
 }
 QUESTIONS = ["dependencies packed and installed as regular ones instead of a symlink", "install scripts output shown",
              "registry cache token", "dependency lockfile version"]
+TOKEN = "test-token-" + "5" * 24
 
 
 def _corpus() -> dict[str, str]:
@@ -95,9 +101,12 @@ def test_each_leg_keeps_leg_limit_distinct_texts_with_the_scores_it_had(metis, k
     kept = _legs(metis, kb, question, collapse=False, legs_top_k=1)
     collapsed = _legs(metis, kb, question, collapse=True, legs_top_k=1)
     for leg in ("dense", "keyword"):
+        # The dense leg keeps leg_limit distinct texts; the keyword leg the distinct texts of its
+        # exact top leg_limit (sql/search/hybrid.sql).
+        full = every[leg] if leg == "dense" else every[leg][:limit]
         seen: set[str] = set()
         expected = []
-        for chunk_id, score in every[leg]:
+        for chunk_id, score in full:
             if kb.texts[chunk_id] not in seen:
                 seen.add(kb.texts[chunk_id])
                 expected.append((chunk_id, score))
@@ -120,3 +129,42 @@ def test_the_question_of_the_copies_gets_its_other_pages_back(metis, kb):
         assert copies >= 3, (leg, "copies of the option fill the first places")
         ctop = [kb.texts[c] for c, _ in collapsed[leg][:10]]
         assert sum(1 for t in ctop if t.strip() == SHARED["install-links"]) == 1
+
+
+def _copies_in(results_texts: list[str]) -> int:
+    return sum(1 for t in results_texts if t.strip() == SHARED["install-links"])
+
+
+def test_a_new_base_collapses_copies_and_a_search_may_keep_them(metis, kb, dsn, tmp_path_factory):
+    question = QUESTIONS[0]
+    collapsed = metis.search(kb.name, question, top_k=10)
+    kept = metis.search(kb.name, question, top_k=10, fusion={"collapse_copies": False})
+    assert collapsed.fusion["collapse_copies"] is True and kept.fusion["collapse_copies"] is False
+    # One place per leg at most for the option's text: once by the dense leg, once by the keyword leg.
+    assert _copies_in([kb.texts[r.chunk_id] for r in collapsed.results]) <= 2
+    assert _copies_in([kb.texts[r.chunk_id] for r in kept.results]) >= 3
+    # The CLI and HTTP take the same setting.
+    cli = run_cli("search", kb.name, question, "--keep-copies", "-n", "10", "--json", "--dsn", dsn)
+    assert cli.code == 0, cli.stderr
+    assert [r["chunk_id"] for r in cli.json()["results"]] == [r.chunk_id for r in kept.results]
+    app = service.create_app(metis, tokens=[TOKEN], source_roots=[tmp_path_factory.mktemp("copies-root")])
+    with service.running(app) as url, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                                   timeout=60) as client:
+        got = client.post("/search", json={"bases": kb.name, "question": question, "top_k": 10,
+                                           "fusion": {"collapse_copies": False}})
+        assert got.status_code == 200, got.text
+        assert got.json()["fusion"]["collapse_copies"] is False
+        assert [r["chunk_id"] for r in got.json()["results"]] == [r.chunk_id for r in kept.results]
+        bad = client.post("/search", json={"bases": kb.name, "question": question, "fusion": {"collapse_copies": 1}})
+        assert bad.status_code == 400
+
+
+def test_a_base_made_before_keeps_its_copies_and_create_takes_the_setting(metis, base_name):
+    assert BaseSpec.from_json({}).collapse_copies is False  # a spec stored before the setting
+    assert BaseSpec().collapse_copies is True
+    info = metis.create_base(base_name, collapse_copies=False)
+    assert info.spec["collapse_copies"] is False
+    with pytest.raises(ConfigError, match="collapse_copies must be true or false"):
+        BaseSpec(collapse_copies="yes")
+    with pytest.raises(InvalidInput, match="collapse_copies must be true or false"):
+        metis.search(base_name, "anything", mode="keyword", fusion={"collapse_copies": "no"})

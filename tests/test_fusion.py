@@ -94,13 +94,13 @@ def assert_weighted_rrf(answer, rrf_k: int, dense_weight: float, keyword_weight:
 # -- Python API ------------------------------------------------------------------
 
 
-def test_rrf_weights_default_to_1_3_to_0_7_and_are_echoed(metis, bases):
-    # The rrf parameters a base keeps: a dense share of .65, chosen by cross-validation (issue 20,
-    # docs/quality.md, second pass).
-    assert (BaseSpec().rrf_k, BaseSpec().dense_weight, BaseSpec().keyword_weight) == (60, 1.3, 0.7)
+def test_rrf_weights_default_to_1_2_to_0_8_and_are_echoed(metis, bases):
+    # The rrf parameters a base keeps: a dense share of .60, chosen by cross-validation (issue 20,
+    # docs/quality.md, third pass).
+    assert (BaseSpec().rrf_k, BaseSpec().dense_weight, BaseSpec().keyword_weight) == (60, 1.2, 0.8)
     answer = metis.search(bases.plain, QUESTION, top_k=8)
-    assert_weighted_rrf(answer, 60, 1.3, 0.7)
-    assert rrf_of(answer.to_dict()["fusion"]) == {"rrf_k": 60, "dense_weight": 1.3, "keyword_weight": 0.7}
+    assert_weighted_rrf(answer, 60, 1.2, 0.8)
+    assert rrf_of(answer.to_dict()["fusion"]) == {"rrf_k": 60, "dense_weight": 1.2, "keyword_weight": 0.8}
     # Both legs found passages, so the weights below have something to weigh.
     assert any(r.scores.dense_rank and r.scores.keyword_rank for r in answer.results)
 
@@ -132,7 +132,7 @@ def test_a_zero_weight_leaves_the_other_legs_order(metis, bases):
 def test_a_base_created_with_weights_keeps_them_and_searches_use_them(metis, bases):
     spec = metis.base(bases.weighted).spec
     assert (spec["rrf_k"], spec["dense_weight"], spec["keyword_weight"]) == (60, 2.0, 0.5)
-    assert metis.base(bases.plain).spec["dense_weight"] == 1.3
+    assert metis.base(bases.plain).spec["dense_weight"] == 1.2
     assert_weighted_rrf(metis.search(bases.weighted, QUESTION, top_k=8), 60, 2.0, 0.5)
 
 
@@ -149,7 +149,7 @@ def test_bases_of_different_weights_are_each_fused_with_their_own(metis, bases):
     both = metis.search([bases.plain, bases.weighted], QUESTION, top_k=10)
     assert set(both.fusion) == {"per_base"}
     assert {name: rrf_of(echo) for name, echo in both.fusion["per_base"].items()} == {
-        bases.plain: {"rrf_k": 60, "dense_weight": 1.3, "keyword_weight": 0.7},
+        bases.plain: {"rrf_k": 60, "dense_weight": 1.2, "keyword_weight": 0.8},
         bases.weighted: {"rrf_k": 60, "dense_weight": 2.0, "keyword_weight": 0.5},
     }
     alone = {name: {r.chunk_id: r.scores.fused for r in metis.search(name, QUESTION, top_k=10).results}
@@ -269,8 +269,8 @@ def test_cli_base_create_takes_the_weights_and_shows_the_defaults(dsn, metis, ba
     help_text = " ".join(run_cli("base", "create", "--help").stdout.split())  # help wraps its lines
     for option in ("--dense-weight", "--keyword-weight", "--rrf-k"):
         assert option in help_text
-    assert "Default 60" in help_text and "dense leg in the fusion (>= 0). Default 1.3." in help_text
-    assert "keyword leg in the fusion (>= 0). Default 0.7." in help_text
+    assert "Default 60" in help_text and "dense leg in the fusion (>= 0). Default 1.2." in help_text
+    assert "keyword leg in the fusion (>= 0). Default 0.8." in help_text
     created = run_cli("base", "create", base_name, "--dense-weight", "1.5", "--keyword-weight", "1",
                       "--json", "--dsn", dsn)
     assert created.code == 0, created.stderr

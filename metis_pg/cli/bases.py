@@ -46,6 +46,10 @@ def base_create(
         help=f"convex: the dense leg's share (0-1). Default {SPEC.alpha:g}.")] = None,
     routing: Annotated[Optional[bool], typer.Option(
         "--routing/--no-routing", help=f"Per-question routing. Default {'on' if SPEC.routing else 'off'}.")] = None,
+    collapse_copies: Annotated[Optional[bool], typer.Option(
+        "--collapse-copies/--keep-copies",
+        help=f"In each leg, copies of one text take one place. Default {'collapse' if SPEC.collapse_copies else 'keep'}.")
+    ] = None,
     field_weight: Annotated[Optional[int], typer.Option(
         help=f"Times a title or heading word counts in BM25 against 1 for the text (0-10, BM25F-style). "
              f"Default {SPEC.field_weight}.")] = None,
@@ -66,7 +70,8 @@ def base_create(
             embedding_protocol=embedding_protocol, reranker_protocol=reranker_protocol,
             rrf_k=rrf_k, dense_weight=dense_weight, keyword_weight=keyword_weight,
             **{k: v for k, v in {"fusion": fusion, "normalization": normalization, "alpha": alpha,
-                                 "routing": routing, "field_weight": field_weight}.items() if v is not None},
+                                 "routing": routing, "collapse_copies": collapse_copies,
+                                 "field_weight": field_weight}.items() if v is not None},
         )
     if as_json:
         r.json(info.to_dict())

@@ -338,6 +338,8 @@ def fusion_note(fusion: dict[str, Any]) -> str:
             note += f" · weights {fusion['dense_weight']:g}:{fusion['keyword_weight']:g}"
         if fusion.get("rrf_k", SPEC.rrf_k) != SPEC.rrf_k:
             note += f" · rrf_k {fusion['rrf_k']}"
+    if fusion.get("collapse_copies", SPEC.collapse_copies) != SPEC.collapse_copies:
+        note += " · copies collapsed" if fusion["collapse_copies"] else " · copies kept"
     route = fusion.get("route") or {}
     if route.get("features"):
         note += f" · routed ({', '.join(route['features'])}: dense share {route['dense_share']:.2f})"

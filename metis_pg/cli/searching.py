@@ -117,7 +117,7 @@ def search(
                                                             "each passage came up.")] = False,
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="DENSE:KEYWORD weights of the legs in the fusion, e.g. 1.5:1 "
-                          "(default: the base's, 1.3:0.7 unless set at creation).")] = None,
+                          "(default: the base's, 1.2:0.8 unless set at creation).")] = None,
     rrf_k: Annotated[Optional[int], typer.Option(
         "--rrf-k", help=f"RRF constant, 1-10000 (default: the base's, {SPEC.rrf_k} unless set at creation).")] = None,
     fusion_function: Annotated[Optional[str], typer.Option(
@@ -126,6 +126,10 @@ def search(
         "--alpha", help="convex: the dense leg's share, 0-1; default: the base's.")] = None,
     routing: Annotated[Optional[bool], typer.Option(
         "--routing/--no-routing", help="Shift the dense share per question from its features; default: the base's.")] = None,
+    collapse_copies: Annotated[Optional[bool], typer.Option(
+        "--collapse-copies/--keep-copies",
+        help="In each leg, copies of one text take one place (collapse) or each its own (keep); default: the base's.")
+    ] = None,
     min_score: Annotated[Optional[float], typer.Option(
         "--min-score", help="Leave out results scored below it: the reranker's score when reranked, else the fused "
                             "score (hybrid), the cosine (dense) or the BM25 score (keyword).")] = None,
@@ -173,7 +177,7 @@ def search(
                **metadata_filters(tag, tags_all, exclude_tag, author, category, since, until, exclude, meta)}
     fusion = fusion_option(weights, rrf_k)
     principals = principals_option(as_group)
-    extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing}
+    extra = {"fusion": fusion_function, "alpha": alpha, "routing": routing, "collapse_copies": collapse_copies}
     if any(v is not None for v in extra.values()):
         fusion = {**(fusion or {}), **{k: v for k, v in extra.items() if v is not None}}
     if compare:

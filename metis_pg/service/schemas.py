@@ -96,6 +96,9 @@ class FusionIn(_Body):
     alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default the base's ({_SPEC.alpha:g})")
     routing: StrictBool | None = Field(
         None, description=f"shift the dense share per question from its features; default the base's ({_SPEC.routing})")
+    collapse_copies: StrictBool | None = Field(
+        None, description="in each leg, a chunk whose text a chunk ranked above it has takes no place; "
+                          f"default the base's ({_SPEC.collapse_copies} unless set at creation)")
 
     rrf_k: RrfK | None = Field(
         None, description=f"RRF constant; default the base's ({_SPEC.rrf_k} unless set at creation)")
@@ -171,6 +174,8 @@ class CreateBaseIn(_Body):
         None, description=f"convex: score normalization; default {_SPEC.normalization}")
     alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default {_SPEC.alpha:g}")
     routing: StrictBool | None = Field(None, description=f"per-question routing; default {_SPEC.routing}")
+    collapse_copies: StrictBool | None = Field(
+        None, description=f"in each leg, copies of one text take one place; default {_SPEC.collapse_copies}")
     field_weight: Annotated[StrictInt, Field(ge=0, le=10)] | None = Field(
         None, description="times a word of the title and heading path counts in BM25 against 1 for the text "
                           f"(BM25F-style); default {_SPEC.field_weight}")
@@ -284,6 +289,7 @@ class FusionOut(BaseModel):
     normalization: str | None = None
     alpha: float | None = None
     routing: bool | None = None
+    collapse_copies: bool | None = None
     rrf_k: int | None = None
     dense_weight: float | None = None
     keyword_weight: float | None = None
