@@ -140,6 +140,8 @@ class Watcher:
         self.stop_event = threading.Event()
         self.runs = 0  # indexing runs finished (one per folder per set of changes)
         self.runs_started = 0
+        # Set once a file name that is not UTF-8 broke the file events (see _follow): poll from then on.
+        self.polling = False
         self._state = _State()
 
     # -- what to watch ------------------------------------------------------------------
@@ -227,7 +229,7 @@ class Watcher:
             KeyboardInterrupt: Ctrl-C (or SIGTERM: :data:`TERMINATED` says which) while waiting.
         """
         from watchfiles import Change
-        from watchfiles._rust_notify import RustNotify
+        from watchfiles._rust_notify import RustNotify, WatchfilesRustInternalError
         from watchfiles.main import _default_force_polling, _default_poll_delay_ms
 
         # The wait's timeout (milliseconds): the longest it blocks; it answers "timeout" then, for the
@@ -236,12 +238,16 @@ class Watcher:
         # (paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied); polling
         # as watch() decides it (WATCHFILES_FORCE_POLLING, WATCHFILES_POLL_DELAY_MS, WSL), since
         # network and WSL mounts give no inotify events.
-        force_polling = _default_force_polling(None)
+        force_polling = self.polling or _default_force_polling(None)
         poll_delay_ms = _default_poll_delay_ms(300)
         with RustNotify([str(r) for r in sorted(roots)], False, force_polling, poll_delay_ms, True, False) as notify:
             self._run_pending()
             while not self.stop_event.is_set():
-                raw = notify.watch(self.debounce_ms, QUIET_MS, timeout_ms, self.stop_event)
+                try:
+                    raw = notify.watch(self.debounce_ms, QUIET_MS, timeout_ms, self.stop_event)
+                except WatchfilesRustInternalError as exc:
+                    self._broken_events(exc, roots)
+                    break
                 if raw == "signal":  # a signal's handler raised (Ctrl-C, SIGTERM) while waiting
                     raise KeyboardInterrupt
                 if raw == "stop":
@@ -260,6 +266,27 @@ class Watcher:
                     self._state.pending.update(t for t in self.targets if t.root in there - roots)
                     break
         return last_beat
+
+    def _broken_events(self, exc: Exception, roots: set[Path]) -> None:
+        """The file events of `roots` failed: follow them anew, and index them again (what changed is unknown).
+
+        watchfiles cannot name a file whose name is not UTF-8 (``bad-\\xff.txt``): any event on it,
+        even the indexer opening it to read it, raises "Unable to decode path" from then on at every
+        wait, and the events gathered with it are lost. That ended `metis watch` (a traceback, exit
+        1) and the watch of `metis serve --watch`. Reads make no event when the folders are polled
+        (only a changed modification time does), so the watch polls from then on: it says so once.
+        Any other error of the events: followed anew after ``retry_s``.
+        """
+        message = str(exc)
+        if "decode path" in message and not self.polling:
+            self.polling = True
+            log.warning("watch: %s (a file name that is not UTF-8): file events cannot name it, so the folders "
+                        "are polled from now on; rename the file and start the watch again to go back to events",
+                        message)
+        elif "decode path" not in message:
+            log.warning("watch: the file events failed (%s): followed again in %g s", message, self.retry_s)
+            self.stop_event.wait(self.retry_s)
+        self._state.pending.update(t for t in self.targets if t.root in roots)
 
     def _targets_touched(self, paths: Iterable[str]) -> set[Watched]:
         touched: set[Watched] = set()

@@ -226,6 +226,27 @@ def test_a_save_is_indexed_at_once_while_the_model_is_down(metis, base_name, kb,
     assert metis.base(base_name).status == "waiting"
 
 
+def test_a_file_name_that_is_not_utf8_does_not_end_the_watch(metis, base_name, kb):
+    """watchfiles cannot name a file whose name is not UTF-8: the indexer's own read of it (the catch-up
+    run) made every later wait raise "Unable to decode path", which ended `metis watch` with a traceback
+    and the watch of `metis serve --watch`. The watch goes on (polling), and what changes is found."""
+    with open(os.path.join(os.fsencode(kb), b"caf\xe9-menu.txt"), "wb") as f:
+        f.write(b"Latin-1 named file about espresso.")
+    metis.index(base_name, kb)
+    assert found_by_words(metis, base_name, "espresso") == {"caf\\xe9-menu.txt"}
+    with Running(metis, base_name) as running:
+        (kb / "after.txt").write_text("Written after the odd name was read: pelicans.")
+        wait_for(lambda: found_by_words(metis, base_name, "pelicans") == {"after.txt"}, "a new file found", timeout_s=60)
+        with open(os.path.join(os.fsencode(kb), b"caf\xe9-menu.txt"), "wb") as f:
+            f.write(b"Latin-1 named file about ristretto now.")
+        wait_for(lambda: found_by_words(metis, base_name, "ristretto") == {"caf\\xe9-menu.txt"},
+                 "the odd name's change found", timeout_s=60)
+        assert running.thread.is_alive() and running.watcher.polling
+        runs = running.watcher.runs
+        time.sleep(3)  # polling: the indexer's reads make no event, so no run follows another on its own
+        assert running.watcher.runs == runs
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
 def test_metis_watch_stops_cleanly_on_sigterm_and_ctrl_c(dsn, base_name, kb, sig, code):
     env = {**os.environ}
