@@ -8,7 +8,10 @@ new base each), and prints per batch size:
 - wall time and chunks/s (what ``search_latency.py``'s ``indexing_chunks_per_s`` measures);
 - the client's CPU (``time.process_time``; of it, tokenizing: building the ``PendingDocument``s);
 - the server backend's CPU (``/proc/<pid>/schedstat`` of the one connection, Linux only);
-- chunks per CPU-second of both together.
+- chunks per CPU-second of both together;
+- the CPU of the thread that tokenizes (``reader_cpu_s``) and of the rest, the writer's thread and
+  the server one after the other (``writer_path_cpu_s``): on the indexer's path the two run at
+  once, so on two free cores the wall time is about the larger of the two.
 
 With ``--indexer`` each batch size is measured twice: as above (``path`` ``write_documents``: one
 ``storage.write_documents`` after the other), and through the indexer's own batches
@@ -78,6 +81,7 @@ def measure(pool, docs: list[tuple], batch_chunks: int, indexer: bool = False) -
     per_batch = max(1, batch_chunks // 10)
     chunks = sum(len(c) for _, c, _ in docs)
     server0, client0, wall0, tokenize = backend_cpu_s(pid), time.process_time(), time.perf_counter(), 0.0
+    reader0 = time.thread_time()
     if indexer:
         from metis_pg.indexing import run as indexing_run
 
@@ -106,6 +110,7 @@ def measure(pool, docs: list[tuple], batch_chunks: int, indexer: bool = False) -
                                         model=corpus.model)
     wall, client, server = (time.perf_counter() - wall0, time.process_time() - client0,
                             backend_cpu_s(pid) - server0)
+    reader = time.thread_time() - reader0
     with pool.connection() as conn:
         if conn.execute("SELECT pg_backend_pid()").fetchone()[0] != pid:
             raise RuntimeError("the pool gave another connection: its server CPU would not be counted")
@@ -114,7 +119,11 @@ def measure(pool, docs: list[tuple], batch_chunks: int, indexer: bool = False) -
             "chunks_per_s": round(chunks / wall), "client_cpu_s": round(client, 2),
             "tokenize_cpu_s": round(tokenize, 2), "server_cpu_s": round(server, 2),
             "chunks_per_cpu_s": round(chunks / (client + server)), "load_avg": round(os.getloadavg()[0], 2),
-            "path": "indexer" if indexer else "write_documents"}
+            "path": "indexer" if indexer else "write_documents",
+            # This thread's CPU (tokenizing; on the indexer's path also encoding the postings); the rest
+            # of the client's ran in the writer's thread, one after the other with the server's work:
+            # with two free cores the wall time is about the larger of the two paths.
+            "reader_cpu_s": round(reader, 2), "writer_path_cpu_s": round(client - reader + server, 2)}
 
 
 def main() -> int:
@@ -138,7 +147,8 @@ def main() -> int:
         print(f"batch {r['batch_chunks']:5d} {r['path']:>15}: {r['chunks_per_s']:5d} chunks/s ({r['wall_s']} s wall); "
               f"CPU client "
               f"{r['client_cpu_s']} s (tokenizing {r['tokenize_cpu_s']}), server {r['server_cpu_s']} s: "
-              f"{r['chunks_per_cpu_s']} chunks per CPU-second; load {r['load_avg']}", flush=True)
+              f"{r['chunks_per_cpu_s']} chunks per CPU-second; reader thread {r['reader_cpu_s']} s, writer thread + "
+              f"server {r['writer_path_cpu_s']} s; load {r['load_avg']}", flush=True)
     pool.close()
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -796,12 +796,16 @@ class _ExplainingConnection:
         return getattr(self._conn, name)
 
 
-def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None) -> str:
+def explain_fused(pool, corpus: Corpus, q: Query, path_prefix: str | None = None,
+                 principals: Sequence[str] | None = None) -> str:
     """Return EXPLAIN (ANALYZE, BUFFERS) of the fused statement for one query, with the parameters
-    ``run_search`` itself gives it (whatever they are)."""
+    ``run_search`` itself gives it (whatever they are); on behalf of `principals` (row-level
+    security, as :class:`metis_pg.access.OnBehalf` runs it) unless None."""
     plans: list[str] = []
     with pool.connection() as conn:
         for _ in range(2):  # the first warms
+            if principals is not None:
+                access.begin_on_behalf(conn, principals)
             run_search(_ExplainingConnection(conn, plans), base_ids=[corpus.base_id], model=corpus.model,
                        query_embedding=q.vector, terms=q.terms, top_k=TOP_K, filters=Filters(path_prefix=path_prefix))
     if not plans:
@@ -845,9 +849,10 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
 
     Vectors are precomputed random unit vectors, so the figure excludes model time; it
     includes tokenizing, COPY of documents, chunks, postings and vectors, and the BM25
-    statistics, in batches of the indexer's size (``metis_pg.indexing.run.BATCH_CHUNKS`` chunks or
-    the default most documents of ``metis index``, whichever is fewer; documents of 10 chunks) per
-    transaction, as ``metis index`` writes them when the model keeps up. The base is dropped after.
+    statistics, through the indexer's own batches (``metis_pg.indexing.run.Batch``:
+    ``BATCH_CHUNKS`` chunks or the default most documents of ``metis index``, whichever is fewer;
+    documents of 10 chunks), as ``metis index`` writes them when the model keeps up. The base is
+    dropped after.
 
     Returns:
         ``{"chunks", "seconds", "chunks_per_s", "mean_chunk_chars", "batch_chunks"}``.
@@ -869,12 +874,17 @@ def indexing_throughput(pool, w: Words, rng: np.random.Generator, total_chunks: 
     written = 0
     per_batch = max(1, min(INDEX_BATCH_CHUNKS // 10, INDEX_BATCH_DOCUMENTS))
     t0 = time.perf_counter()
-    for i in range(0, len(documents), per_batch):
-        batch = [storage.PendingDocument(meta, chunks, vectors) for meta, chunks, vectors in documents[i:i + per_batch]]
-        with pool.connection() as conn:
-            storage.write_documents(conn, base_id=corpus.base_id, source_id=corpus.source_id, documents=batch,
-                                    model=corpus.model)
-        written += sum(len(d.chunks) for d in batch)
+    # Through the indexer's own batches (metis_pg.indexing.run.Batch: since issue 24 a batch is written
+    # while the next documents are tokenized), each document tokenized as it is added.
+    from metis_pg.indexing import run as indexing_run
+
+    batch = indexing_run.Batch(pool, corpus.base_id, corpus.source_id, corpus.model,
+                               indexing_run.Run(base=corpus.name, base_id=corpus.base_id),
+                               max_documents=INDEX_BATCH_DOCUMENTS)
+    for meta, chunks, vectors in documents:
+        batch.add(storage.PendingDocument(meta, chunks, vectors))
+        written += len(chunks)
+    batch.write()
     elapsed = time.perf_counter() - t0
     with pool.connection() as conn:
         storage.drop_base(conn, corpus.name)
@@ -1097,7 +1107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.explain.write_text(
                 f"-- {command}\n-- {corpus.chunks} chunks, terms {q.terms}\n" + explain_fused(pool, corpus, q)
                 + f"\n\n-- same, path_prefix {FILTER_PREFIX!r}\n" + explain_fused(pool, corpus, q, FILTER_PREFIX)
-                + "\n")
+                + "\n\n-- same, no filter, on behalf of eng (row-level security)\n"
+                + explain_fused(pool, corpus, q, principals=["eng"]) + "\n")
         if args.bases > 1:
             report[f"bases_{args.bases}"] = many_bases(pool, dsn, corpora, args, w, rng, queries, spec)
         if args.storage_compare:
@@ -1192,7 +1203,7 @@ def print_setting(title: str, figures: dict, details: dict) -> None:
                               for r, b in sorted(size["relations"].items(), key=lambda kv: -kv[1]) if b > 2e5)
         print(f"  of which, MB per 1k chunks: {relations}")
     i = details["indexing"]
-    print(f"  indexing without model time (storage.write_documents, {i['chunks']} chunks of ~{i['mean_chunk_chars']:.0f}"
+    print(f"  indexing without model time (the indexer's batches, {i['chunks']} chunks of ~{i['mean_chunk_chars']:.0f}"
           f" chars, {i['batch_chunks']} per transaction): {i['chunks_per_s']:.0f} chunks/s")
 
 

@@ -25,7 +25,8 @@ from .results import SearchResponse, SearchResult
 if TYPE_CHECKING:  # pragma: no cover
     from .documents import DocumentInfo
 
-__all__ = ["FORMATS", "order_score", "cut_below", "search_output", "documents_output", "markdown", "result_label"]
+__all__ = ["FORMATS", "order_score", "cut_below", "search_output", "documents_output", "markdown", "result_label",
+           "text_marks"]
 
 #: Every format but the people's default (``text``).
 FORMATS = ("json", "jsonl", "csv", "md", "files")
@@ -80,15 +81,36 @@ def result_label(answer: SearchResponse, r: SearchResult) -> tuple[str, str]:
     return (f"{r.base} · " if len(answer.bases) > 1 else ""), (" > ".join(c.headings) if c.headings else c.title)
 
 
+def text_marks(r: SearchResult) -> tuple[tuple[int, int], ...]:
+    """Return the spans of the result's whole `text` to mark: the words its snippet marks (``Citation.marks``: the
+    question's words that weigh in the base, never "how", "for", "the" in a base where every passage has them)
+    wherever the text holds them, as ``(start, end)`` character offsets (:func:`metis_pg.snippets.marks`)."""
+    from .snippets import marks
+    from .tokenizer import terms
+
+    c = r.citation
+    return marks(r.text, {t for a, b in c.marks for t in terms(c.snippet[a:b])})
+
+
+def _bold(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    """Return `text` with each of `spans` in Markdown bold (``**word**``)."""
+    out, at = [], 0
+    for start, end in spans:
+        out += [text[at:start], "**", text[start:end], "**"]
+        at = end
+    return "".join(out) + text[at:]
+
+
 def markdown(answer: SearchResponse) -> str:
-    """Return the answer as a Markdown list of cited passages: citation, headings, score, then the passage quoted."""
+    """Return the answer as a Markdown list of cited passages: citation, headings, score, then the passage quoted,
+    the words that weigh in bold (:func:`text_marks`)."""
     lines = []
     for rank, r in enumerate(answer.results, start=1):
         c = r.citation
         where, heading = result_label(answer, r)
         more = "" if r.passages is None else f", {r.passages} passage{'' if r.passages == 1 else 's'} matched"
         lines.append(f"{rank}. **{where}{c.location()}** — {heading} (score {r.score:.4g}{more})")
-        lines.extend(f"   > {line}".rstrip() for line in r.text.splitlines() or [""])
+        lines.extend(f"   > {line}".rstrip() for line in _bold(r.text, text_marks(r)).splitlines() or [""])
         lines.append("")
     if not lines:  # an empty answer is said, as in the text output (a paste shows why nothing came)
         return "_no results_\n"

@@ -20,7 +20,8 @@ Tools (each answers JSON; an error is a tool error ``CODE: message``, the codes 
 ==============  =================================================================================
 
 Resources: every document is ``metis://BASE/PATH`` (its path percent-encoded), text read back
-from its chunks; ``resources/list`` lists at most :data:`MAX_LISTED_RESOURCES` of them.
+from its chunks, at most :data:`MAX_RESOURCE_BYTES` of it (a last line says where it was cut);
+``resources/list`` lists at most :data:`MAX_LISTED_RESOURCES` of them.
 
 Who reads (issue 21): over HTTP every tool, resource and listing reads on behalf of the groups of
 the request's bearer token (``principals_of``, set by the service's gate); over stdio on behalf of
@@ -40,14 +41,18 @@ from . import __version__
 from .api import Metis
 from .documents import cut_utf8
 from .errors import InvalidInput, MetisError
-from .formats import cut_below
+from .formats import cut_below, text_marks
 
-__all__ = ["build_server", "serve_stdio", "add_http_routes", "MAX_LISTED_RESOURCES", "document_uri"]
+__all__ = ["build_server", "serve_stdio", "add_http_routes", "MAX_LISTED_RESOURCES", "MAX_RESOURCE_BYTES",
+           "document_uri"]
 
 #: Documents ``resources/list`` names at most (the first by base and path); each is readable anyway.
 MAX_LISTED_RESOURCES = 2000
 #: Bytes of text ``get`` returns per document unless asked otherwise (an agent's context is finite).
 DEFAULT_GET_BYTES = 20_000
+#: Bytes of text a resource read returns at most (a read takes no arguments; a 28.7 MB text file was sent
+#: whole, 29 MB): the rest is cut, and a last line says so and how to read on with ``get``.
+MAX_RESOURCE_BYTES = 200_000
 
 INSTRUCTIONS = """\
 metis searches documents indexed in PostgreSQL: by meaning (embeddings) and by words (BM25), fused.
@@ -99,18 +104,34 @@ class _MetisMCP(MCPServer):
         return [*await anyio.to_thread.run_sync(documents), *await super().list_resources()]
 
 
+def _capped(text: str, path: str, max_bytes: int) -> str:
+    """Return `text` whole, or its first `max_bytes` UTF-8 bytes (on a character boundary) and a last line saying
+    it was cut, how much of it is here, and how to read on (the ``get`` tool: a passage by its line, more bytes)."""
+    size = len(text.encode("utf-8"))
+    if size <= max_bytes:
+        return text
+    kept = cut_utf8(text, max_bytes)
+    return (f"{kept}\n\n[cut: the first {len(kept.encode('utf-8'))} of {size} bytes of {path}. Read on with the get "
+            f"tool: citation '{path}:LINE' (as search cites it) gives the passage at a line, max_bytes more of the "
+            f"document]")
+
+
 def _tool_error(exc: MetisError) -> ToolError:
     return ToolError(f"{exc.code}: {exc.message}")
 
 
 def _result(rank: int, r: Any, *, snippet_only: bool = False) -> dict[str, Any]:
-    """A search result as the tool answers it: the whole chunk's `text`, or (`snippet_only`) its `snippet`."""
+    """A search result as the tool answers it: the whole chunk's `text`, or (`snippet_only`) its `snippet`, with
+    `marks`: the spans of that text holding the question's words that weigh in the base (``[start, end]``,
+    characters), as the CLI, HTTP and the console mark them (:func:`metis_pg.formats.text_marks`)."""
     data = r.to_dict()
     citation = data.pop("citation")
     if snippet_only:
         data.pop("text")
+    else:
+        citation["marks"] = [[a, b] for a, b in text_marks(r)]
     return {"rank": rank, "citation": r.citation.location(),
-            **{k: v for k, v in citation.items() if k != "marks" and (k != "snippet" or snippet_only)}, **data}
+            **{k: v for k, v in citation.items() if k != "snippet" or snippet_only}, **data}
 
 
 def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[str, Any]]:
@@ -125,6 +146,7 @@ def _within(results: list[dict[str, Any]], max_bytes: int | None) -> list[dict[s
         left -= len(kept.encode("utf-8"))
         if len(kept) < len(r[key]):
             r[key], r["truncated"] = kept, True
+            r["marks"] = [m for m in r.get("marks", []) if m[1] <= len(kept)]
     return results
 
 
@@ -139,12 +161,13 @@ def _status(info: Any) -> dict[str, Any]:
 
 
 def build_server(metis: Metis, *, principals_of: PrincipalsOf | None = None,
-                 principals: Sequence[str] | None = None) -> MCPServer:
+                 principals: Sequence[str] | None = None, max_resource_bytes: int = MAX_RESOURCE_BYTES) -> MCPServer:
     """Return the MCP server over `metis` (tools search, get, list_bases, status; a resource per document).
 
     Args:
         principals_of: the groups a call reads on behalf of, from its HTTP request (the service);
             None: `principals` for every call (stdio; None = the operator, every document).
+        max_resource_bytes: UTF-8 bytes of a document a resource read returns at most.
     """
     fixed = None if principals is None else tuple(principals)
 
@@ -264,7 +287,7 @@ def build_server(metis: Metis, *, principals_of: PrincipalsOf | None = None,
             found = metis.get(base, path, principals=caller(ctx))
         except MetisError as exc:
             raise ResourceError(f"{exc.code}: {exc.message}") from None
-        return "\n\n".join(d.text for d in found)
+        return _capped("\n\n".join(d.text for d in found), path, max_resource_bytes)
 
     return server
 

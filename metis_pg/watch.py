@@ -104,7 +104,11 @@ class Watched:
 @dataclass
 class _State:
     pending: set[Watched] = field(default_factory=set)  # to index again: changed, or their last run failed
-    retry_at: float = 0.0
+    retry_at: float = 0.0  # a run failed (database down): no run before this
+    # Indexed, but chunks were left without a vector (the model was down): indexed again at embed_at
+    # to embed them. A change to any folder meanwhile is indexed at once, not held until then.
+    embed_later: set[Watched] = field(default_factory=set)
+    embed_at: float = 0.0
 
 
 class Watcher:
@@ -136,6 +140,8 @@ class Watcher:
         self.stop_event = threading.Event()
         self.runs = 0  # indexing runs finished (one per folder per set of changes)
         self.runs_started = 0
+        # Set once a file name that is not UTF-8 broke the file events (see _follow): poll from then on.
+        self.polling = False
         self._state = _State()
 
     # -- what to watch ------------------------------------------------------------------
@@ -223,7 +229,7 @@ class Watcher:
             KeyboardInterrupt: Ctrl-C (or SIGTERM: :data:`TERMINATED` says which) while waiting.
         """
         from watchfiles import Change
-        from watchfiles._rust_notify import RustNotify
+        from watchfiles._rust_notify import RustNotify, WatchfilesRustInternalError
         from watchfiles.main import _default_force_polling, _default_poll_delay_ms
 
         # The wait's timeout (milliseconds): the longest it blocks; it answers "timeout" then, for the
@@ -232,12 +238,16 @@ class Watcher:
         # (paths, debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied); polling
         # as watch() decides it (WATCHFILES_FORCE_POLLING, WATCHFILES_POLL_DELAY_MS, WSL), since
         # network and WSL mounts give no inotify events.
-        force_polling = _default_force_polling(None)
+        force_polling = self.polling or _default_force_polling(None)
         poll_delay_ms = _default_poll_delay_ms(300)
         with RustNotify([str(r) for r in sorted(roots)], False, force_polling, poll_delay_ms, True, False) as notify:
             self._run_pending()
             while not self.stop_event.is_set():
-                raw = notify.watch(self.debounce_ms, QUIET_MS, timeout_ms, self.stop_event)
+                try:
+                    raw = notify.watch(self.debounce_ms, QUIET_MS, timeout_ms, self.stop_event)
+                except WatchfilesRustInternalError as exc:
+                    self._broken_events(exc, roots)
+                    break
                 if raw == "signal":  # a signal's handler raised (Ctrl-C, SIGTERM) while waiting
                     raise KeyboardInterrupt
                 if raw == "stop":
@@ -257,6 +267,27 @@ class Watcher:
                     break
         return last_beat
 
+    def _broken_events(self, exc: Exception, roots: set[Path]) -> None:
+        """The file events of `roots` failed: follow them anew, and index them again (what changed is unknown).
+
+        watchfiles cannot name a file whose name is not UTF-8 (``bad-\\xff.txt``): any event on it,
+        even the indexer opening it to read it, raises "Unable to decode path" from then on at every
+        wait, and the events gathered with it are lost. That ended `metis watch` (a traceback, exit
+        1) and the watch of `metis serve --watch`. Reads make no event when the folders are polled
+        (only a changed modification time does), so the watch polls from then on: it says so once.
+        Any other error of the events: followed anew after ``retry_s``.
+        """
+        message = str(exc)
+        if "decode path" in message and not self.polling:
+            self.polling = True
+            log.warning("watch: %s (a file name that is not UTF-8): file events cannot name it, so the folders "
+                        "are polled from now on; rename the file and start the watch again to go back to events",
+                        message)
+        elif "decode path" not in message:
+            log.warning("watch: the file events failed (%s): followed again in %g s", message, self.retry_s)
+            self.stop_event.wait(self.retry_s)
+        self._state.pending.update(t for t in self.targets if t.root in roots)
+
     def _targets_touched(self, paths: Iterable[str]) -> set[Watched]:
         touched: set[Watched] = set()
         for raw in paths:
@@ -269,7 +300,11 @@ class Watcher:
     def _run_pending(self) -> None:
         """Index every pending target once; one that fails stays pending (retried after retry_s)."""
         state = self._state
-        if not state.pending or time.monotonic() < state.retry_at:
+        now = time.monotonic()
+        if state.embed_later and now >= state.embed_at:
+            state.pending |= state.embed_later
+            state.embed_later.clear()
+        if not state.pending or now < state.retry_at:
             return
         for target in sorted(state.pending, key=lambda t: (t.base, str(t.root))):
             if self.stop_event.is_set():
@@ -281,10 +316,12 @@ class Watcher:
                 self.on_report(target, report, error)
             if error is None:
                 state.pending.discard(target)
+                state.embed_later.discard(target)
                 # The model was down: embed later (not the chunks it refused: they are not sent again).
+                # Not through retry_at: a file saved meanwhile waited for it (heartbeat_s, 30 s), not 300 ms.
                 if report is not None and report.chunks_without_vector > report.chunks_refused:
-                    state.pending.add(target)
-                    state.retry_at = time.monotonic() + self.heartbeat_s
+                    state.embed_later.add(target)
+                    state.embed_at = time.monotonic() + self.heartbeat_s
                 else:
                     self._caught_up(target.base)
             else:

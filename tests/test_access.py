@@ -171,6 +171,48 @@ def test_changing_a_sources_readers_changes_its_documents_at_once(metis, kb):
     assert "salaries.md" not in _paths(metis.search(kb.name, SECRET, mode="keyword", principals=["eng"]))
 
 
+_STALE_ROWS = """
+SELECT count(*) FILTER (WHERE r.readers IS DISTINCT FROM d.readers), count(*) FILTER (WHERE r.readers <> '{}')
+FROM documents AS d
+JOIN bases AS b ON b.base_id = d.base_id AND b.name = %s
+CROSS JOIN LATERAL (SELECT c.readers FROM chunks AS c WHERE c.document_id = d.document_id
+                    UNION ALL
+                    SELECT e.readers FROM embeddings AS e WHERE e.document_id = d.document_id) AS r
+"""
+_READABLE = ("SELECT (SELECT count(*) FROM chunks AS c JOIN bases AS b USING (base_id) WHERE b.name = %(base)s),"
+             " (SELECT count(*) FROM embeddings AS e JOIN bases AS b USING (base_id) WHERE b.name = %(base)s)")
+
+
+def _rows_as(conn: psycopg.Connection, base: str, principals: list[str] | None) -> tuple[int, int]:
+    """(chunks, vectors) of `base` that `principals` read from the tables alone (None: the operator)."""
+    if principals is not None:
+        access.begin_on_behalf(conn, principals)
+    try:
+        return conn.execute(_READABLE, {"base": base}).fetchone()
+    finally:
+        conn.rollback()
+
+
+def test_chunks_and_vectors_carry_their_documents_readers_through_changes(metis, kb, dsn):
+    # Migration 0024: the policies of chunks and embeddings read the rows' own readers, which the
+    # triggers keep equal to their document's, also when a source's readers change after indexing.
+    with psycopg.connect(dsn) as conn:
+        stale, restricted = conn.execute(_STALE_ROWS, (kb.name,)).fetchone()
+        assert stale == 0 and restricted > 0
+        everything = _rows_as(conn, kb.name, None)
+        eng = _rows_as(conn, kb.name, ["eng"])
+        assert eng[0] < everything[0] and eng[1] < everything[1]
+        metis.index(kb.name, kb.root / "hr", readers=[])
+        try:
+            assert conn.execute(_STALE_ROWS, (kb.name,)).fetchone()[0] == 0
+            opened = _rows_as(conn, kb.name, ["eng"])
+            assert opened[0] > eng[0] and opened[1] > eng[1]
+        finally:
+            metis.index(kb.name, kb.root / "hr", readers=["hr"])
+        assert conn.execute(_STALE_ROWS, (kb.name,)).fetchone() == (0, restricted)
+        assert _rows_as(conn, kb.name, ["eng"]) == eng
+
+
 @pytest.mark.parametrize("bad", [["hr'}"], ["a,b"], ["Ünïcode"], "hr"])
 def test_a_malformed_principal_is_refused_before_any_read(metis, kb, bad):
     with pytest.raises(InvalidInput):

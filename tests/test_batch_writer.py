@@ -7,8 +7,10 @@ written in order and never two at once, and an error of a write is raised in the
 
 from __future__ import annotations
 
+import random
 import threading
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -16,6 +18,7 @@ from metis_pg import db, storage
 from metis_pg.chunking import Chunk
 from metis_pg.config import BaseSpec, Settings
 from metis_pg.indexing import run as indexing_run
+from metis_pg.storage import BLOCK_CHUNKS, postings
 
 
 def _document(i: int, chunks: int = 1) -> storage.PendingDocument:
@@ -100,3 +103,60 @@ def test_an_error_of_the_writer_is_raised_in_the_callers_thread_and_later_batche
             for i in range(6):
                 batch.add(_document(i))  # the batch after the failed one is never handed over
     assert calls == [2] and _stored(pool, base_id) == []
+
+
+def _random_terms(rng: random.Random, chunks: int) -> list[list[str]]:
+    words = [f"w{k}" for k in range(60)]
+    return [[rng.choice(words[: rng.randint(1, 60)]) for _ in range(rng.choice([0, 1, 5, 40, 200]))]
+            for _ in range(chunks)]
+
+
+def test_a_batch_encoded_before_its_chunk_ids_are_drawn_is_the_encoding_of_its_chunks():
+    # The indexer encodes a batch while the one before is written (chunk k at relative block k // 256),
+    # then moves it to the blocks drawn: the same columns as encoding the chunks with their real ids.
+    rng = random.Random(3)
+    terms = _random_terms(rng, 700)  # three blocks
+    blocks = [5, 9, 10]
+    ids = [blocks[k // BLOCK_CHUNKS] * BLOCK_CHUNKS + k % BLOCK_CHUNKS for k in range(len(terms))]
+    expected = postings.encode_columns(list(zip(ids, terms)))
+    placed = postings.place_batch(postings.encode_batch(terms), blocks)
+    for name in ("term", "tier", "block_no", "max_tf", "min_length", "first_offset", "starts", "offsets", "tfs",
+                 "document_frequency", "term_max_tf", "term_min_length"):
+        assert np.array_equal(getattr(placed, name), getattr(expected, name)), name
+    assert (placed.terms, placed.lengths, placed.chunks, placed.total_terms) == \
+        (expected.terms, expected.lengths, expected.chunks, expected.total_terms)
+
+
+def test_rows_written_from_a_batch_encoded_ahead_equal_those_written_from_its_chunks(dsn, base_name):
+    rng = random.Random(5)
+    terms = _random_terms(rng, 600)
+    documents = []
+    for i in range(0, len(terms), 40):
+        chunks = [Chunk(ordinal=k, text=" ".join(t), title="", headings=(), page=None, line=1, char_start=0,
+                        char_end=1) for k, t in enumerate(terms[i:i + 40])]
+        documents.append(storage.PendingDocument(storage.DocumentMeta(f"d{i}.txt", "", "txt", f"h{i}", 1), chunks,
+                                                 terms=terms[i:i + 40]))
+    rows = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, ahead in ((base_name, None), (base_name + "-ahead", postings.encode_batch(terms))):
+            base = storage.create_base(conn, name, "documents", BaseSpec().to_json())
+            source_id = storage.ensure_source(conn, base.base_id, "s", None)
+            storage.write_documents(conn, base_id=base.base_id, source_id=source_id, model="m:3",
+                                    documents=documents, postings=ahead)
+            # Every column but the ids, blocks by their rank in the base: the two bases drew other blocks.
+            rows[name] = conn.execute(
+                "SELECT t.term, dense_rank() OVER (ORDER BY p.block_no),"
+                " to_jsonb(p) - 'base_id' - 'term_id' - 'block_no' AS rest, t.df, t.max_tf, t.min_length"
+                " FROM posting_blocks AS p JOIN bm25_terms AS t USING (base_id, term_id) WHERE p.base_id = %s"
+                " ORDER BY 1, 2, 3", (base.base_id,)).fetchall()
+            # ... and in the blocks of the base's chunks (not the relative ones it was encoded with).
+            assert conn.execute(
+                "SELECT count(*) FROM (SELECT block_no FROM posting_blocks WHERE base_id = %(b)s UNION"
+                " SELECT block_no FROM block_lengths WHERE base_id = %(b)s) AS r WHERE r.block_no NOT IN"
+                " (SELECT chunk_id / 256 FROM chunks WHERE base_id = %(b)s)", {"b": base.base_id}).fetchone()[0] == 0
+            rows[name, "lengths"] = conn.execute(
+                "SELECT lengths FROM block_lengths WHERE base_id = %s ORDER BY block_no", (base.base_id,)).fetchall()
+        storage.drop_base(conn, base_name + "-ahead")
+    assert len(rows[base_name]) > 500
+    assert rows[base_name] == rows[base_name + "-ahead"]
+    assert rows[base_name, "lengths"] == rows[base_name + "-ahead", "lengths"]

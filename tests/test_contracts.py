@@ -138,7 +138,7 @@ def test_function_files_are_what_the_database_runs(metis):
 
 
 def test_policy_files_are_what_the_database_enforces(metis):
-    assert "access/policies.v1" in _newest_versions(POLICY_FILES)
+    assert "access/policies.v2" in _newest_versions(POLICY_FILES)
     with metis.pool.connection() as conn:
         stored = {(r[0], r[1]) for r in conn.execute("SELECT tablename, policyname FROM pg_policies"
                                                      " WHERE schemaname = 'public'")}

@@ -6,7 +6,8 @@ without a parallel label, i.e. PARALLEL UNSAFE, and every search scanned its vec
 on; migration 0021 labels it PARALLEL RESTRICTED. These tests plan the very statement and parameters
 ``retrieval.run_search`` sends, with parallel costs set to zero so that a small table qualifies, and
 check the dense leg's scan is a parallel one; then run it so, on behalf of a group, and check the
-dense leg is still the exact cosine top 50 over the chunks that group may read.
+dense leg is still the exact cosine top 50 over the chunks that group may read. Last, that on behalf
+of a group no SubPlan of the statement reads the documents (the policies of migration 0024).
 """
 
 from __future__ import annotations
@@ -141,3 +142,38 @@ def test_the_dense_leg_is_planned_parallel_and_stays_exact(metis, base, principa
         assert sorted(ranked) == list(range(1, 51))
     assert ranked and all(exact[rank - 1] == chunk_id for rank, chunk_id in ranked.items())
     assert not (principals and {c.chunk_id for c in found} & hr_only)
+
+
+def _subplans_reading(node: dict, relation: str, under_subplan: bool = False) -> list[str]:
+    """The scans of `relation` in `node`'s tree that run inside a SubPlan (a plan node PostgreSQL
+    runs for the rows of another, hashed or per row), as "SubPlan name: node type"."""
+    found = []
+    inside = under_subplan or node.get("Parent Relationship") == "SubPlan"
+    if inside and node.get("Relation Name") == relation:
+        found.append(node["Node Type"])
+    for child in node.get("Plans", []):
+        found += _subplans_reading(child, relation, inside)
+    return found
+
+
+@pytest.mark.parametrize("terms", [[], ["document", "words"]], ids=["dense", "hybrid"])
+def test_the_policies_read_no_documents_per_reference_on_behalf_of_a_group(metis, base, terms):
+    # Migration 0024 (docs/security.md): the policies on chunks, embeddings and facts compare the
+    # row's own readers with the principals. Version 1's `document_id IN (SELECT ... FROM documents)`
+    # added, to every reference to these tables in the search statement, a SubPlan reading every
+    # readable document (six in the hybrid statement: the dense scan, the complete scores' vector
+    # lookups, the final fetch ...). Only the statement's own reads of documents are left: the
+    # final join's lookups of the rows fetched, and allowed_documents (a CTE, not a SubPlan).
+    base_id, _, _ = base
+    query = np.random.default_rng(6).standard_normal(DIM).astype(np.float32)
+    query /= np.linalg.norm(query)
+    seen: list = []
+    with metis.pool.connection() as conn:
+        access.begin_on_behalf(conn, ["eng"])
+        retrieval.run_search(_Capturing(conn, seen), base_ids=[base_id], model=MODEL, query_embedding=query,
+                             terms=terms, top_k=10, filters=retrieval.Filters())
+        statement, params = next((q, p) for q, p in seen if isinstance(q, str) and "dense AS MATERIALIZED" in q)
+        plan = conn.execute("EXPLAIN (COSTS OFF, FORMAT JSON) " + statement, params).fetchone()[0][0]["Plan"]
+    assert _subplans_reading(plan, "documents") == []
+    # The policies are still there: the rows read are filtered by their own readers.
+    assert "(readers && (InitPlan" in str(plan)

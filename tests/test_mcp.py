@@ -172,3 +172,44 @@ def test_the_readme_mcp_configuration_reaches_the_home_it_names(tmp_path):
         subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, timeout=120,
                        env={**os.environ, "METIS_HOME": str(home)})
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_mcp_search_marks_the_words_that_weigh_and_a_resource_read_is_capped(metis, base_name, tmp_path):
+    # Issue 25: the CLI, HTTP and the console mark only the question's words that weigh in the base; MCP gave no
+    # marks. A resource read had no byte cap (29 MB for a 28.7 MB text file) while `get` has max_bytes.
+    from corpus import write_corpus
+    from metis_pg.mcp_server import build_server
+
+    topics = ["book a meeting room", "claim travel costs", "order a laptop", "join the wiki", "print a poster",
+              "renew a badge", "park a bike", "file an expense", "change a password", "find the canteen"]
+    files = {f"faq/{i}.md": f"# Question {i}\n\nHow do I {t}? Ask the desk for help: they do it for you.\n"
+             for i, t in enumerate(topics)}
+    files["faq/router.md"] = ("# Router\n\nHow do I reset the router? Hold the red button for ten seconds to reset "
+                              "the router.\n")
+    files["long.txt"] = "".join(f"Line {i} of a long file about nothing in particular.\n" for i in range(120))
+    metis.index(base_name, write_corpus(tmp_path / "kb", files))
+
+    async def session() -> None:
+        async with Client(build_server(metis, max_resource_bytes=1000)) as client:
+            question = {"question": "how do I reset the router for", "bases": [base_name], "mode": "keyword"}
+            for form in ({}, {"snippet_only": True}):
+                found = structured(await client.call_tool("search", {**question, **form}))
+                router = next(r for r in found["results"] if r["document"] == "faq/router.md")
+                text = router["snippet" if form else "text"]
+                assert [text[a:b].lower() for a, b in router["marks"]] == ["reset", "router", "reset", "router"], form
+                assert "How do I" in text and " for ten" in text  # there, and not marked
+            cut = structured(await client.call_tool("search", {**question, "max_bytes": 60}))
+            first = cut["results"][0]
+            assert first["truncated"] and all(b <= len(first["text"]) for _, b in first["marks"])
+
+            whole = (await client.read_resource(f"metis://{base_name}/faq/router.md")).contents[0].text
+            assert whole == metis.get(base_name, "faq/router.md")[0].text and "[cut" not in whole
+            long = (await client.read_resource(f"metis://{base_name}/long.txt")).contents[0].text
+            body, note = long.rsplit("\n\n", 1)
+            assert len(body.encode("utf-8")) <= 1000 and body.startswith("Line 0 of a long file")
+            size = len(metis.get(base_name, "long.txt")[0].text.encode("utf-8"))
+            assert note == (f"[cut: the first {len(body.encode('utf-8'))} of {size} bytes of long.txt. Read on with "
+                            "the get tool: citation 'long.txt:LINE' (as search cites it) gives the passage at a line, "
+                            "max_bytes more of the document]")
+
+    anyio.run(session)

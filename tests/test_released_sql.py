@@ -55,6 +55,8 @@ RELEASED: dict[str, tuple[str, str]] = {
     "access/policies.v1": ("0020", "0f2221e2f080c0d8f8098f8f854355ed5b5549a9982bd5ea025c07485a57794f"),
     "search/bm25_top_k.v5": ("0023", "c70cee9201f2944abad8321570e1129a5a6dd8bd4a53686db42a448e5d109a62"),
     "views/postings.v3": ("0023", "6a5d5334f0f1ce7cb8f3719485eeeffaf227f0d5617100606020db7720b9219e"),
+    "access/row_readers.v1": ("0024", "b2a46fd7c428a5e8233c61d66c57dad248cc93a60bc08041f9508f4d5f8dabd9"),
+    "access/policies.v2": ("0024", "3a33f8595b7af82217c8c4e6282caaf9ebec32177811ca6df2a76c290ef4f041"),
 }
 
 _LOAD = re.compile(r"""sqlfiles\.load\((f?)["']([^"']+)["']\)""")

@@ -81,3 +81,11 @@ def test_http_search_and_compare_give_the_marks(metis, indexed):
     assert [w.lower() for w in marked_words(router)] == ["reset", "router", "reset", "router"]
     words = {w.lower() for p in compared["passages"] for w in marked_words(p["citation"])}
     assert words == {"reset", "router"}
+
+
+def test_cli_markdown_puts_only_the_words_that_weigh_in_bold(dsn, indexed):
+    out = run_cli("search", indexed, QUESTION, "--mode", "keyword", "-n", "1", "--md", "--dsn", dsn).stdout
+    assert out.startswith("1. **faq/router.md:3**")
+    quoted = [line for line in out.splitlines() if line.startswith("   > ")]
+    assert quoted == ["   > How do I **reset** the **router**? Hold the red button for ten seconds to **reset** the "
+                      "**router**."]

@@ -49,8 +49,9 @@ class Running:
 
     def __init__(self, metis: metis_pg.Metis, base: str, **options) -> None:
         self.reports: list = []
-        self.watcher = Watcher(metis, resolve_targets(metis, base, []), heartbeat_s=1.0,
-                               retry_s=0.5, on_report=lambda t, r, e: self.reports.append((r, e)), **options)
+        self.watcher = Watcher(metis, resolve_targets(metis, base, []),
+                               on_report=lambda t, r, e: self.reports.append((r, e)),
+                               **{"heartbeat_s": 1.0, "retry_s": 0.5, **options})
         self.thread = threading.Thread(target=self.watcher.run, daemon=True)
 
     def __enter__(self) -> "Running":
@@ -207,6 +208,43 @@ def test_the_database_failing_does_not_end_watching(metis, watched, kb, monkeypa
         wait_for(lambda: found_by_words(metis, watched, "storm") == {"storm.txt"}, "indexed once the database is back")
         errors = [e for _, e in running.reports if e]
     assert len(errors) == 2 and all("database unavailable" in e for e in errors), errors
+
+
+def test_a_save_is_indexed_at_once_while_the_model_is_down(metis, base_name, kb, tmp_path):
+    """With the embedding model down, a run leaves chunks without a vector and the watch indexes again
+    a heartbeat later to embed them. That retry held every change: a file saved meanwhile was found by
+    words only up to heartbeat_s (30 s in `metis watch`) later, not after the 300 ms quiet gap."""
+    from model_servers import free_port
+
+    metis.create_base(base_name, embedding_model="down-hash", embedding_url=f"http://127.0.0.1:{free_port()}",
+                      embedding_dim=32, model_timeout_s=1)
+    assert metis.index(base_name, kb).chunks_without_vector == 2
+    with Running(metis, base_name, heartbeat_s=60.0):  # the retry to embed comes 60 s after the catch-up
+        (kb / "saved.txt").write_text("Saved while the model is down: cormorants dive.")
+        wait_for(lambda: found_by_words(metis, base_name, "cormorants") == {"saved.txt"},
+                 "a save found by words before the embedding retry", timeout_s=30)
+    assert metis.base(base_name).status == "waiting"
+
+
+def test_a_file_name_that_is_not_utf8_does_not_end_the_watch(metis, base_name, kb):
+    """watchfiles cannot name a file whose name is not UTF-8: the indexer's own read of it (the catch-up
+    run) made every later wait raise "Unable to decode path", which ended `metis watch` with a traceback
+    and the watch of `metis serve --watch`. The watch goes on (polling), and what changes is found."""
+    with open(os.path.join(os.fsencode(kb), b"caf\xe9-menu.txt"), "wb") as f:
+        f.write(b"Latin-1 named file about espresso.")
+    metis.index(base_name, kb)
+    assert found_by_words(metis, base_name, "espresso") == {"caf\\xe9-menu.txt"}
+    with Running(metis, base_name) as running:
+        (kb / "after.txt").write_text("Written after the odd name was read: pelicans.")
+        wait_for(lambda: found_by_words(metis, base_name, "pelicans") == {"after.txt"}, "a new file found", timeout_s=60)
+        with open(os.path.join(os.fsencode(kb), b"caf\xe9-menu.txt"), "wb") as f:
+            f.write(b"Latin-1 named file about ristretto now.")
+        wait_for(lambda: found_by_words(metis, base_name, "ristretto") == {"caf\\xe9-menu.txt"},
+                 "the odd name's change found", timeout_s=60)
+        assert running.thread.is_alive() and running.watcher.polling
+        runs = running.watcher.runs
+        time.sleep(3)  # polling: the indexer's reads make no event, so no run follows another on its own
+        assert running.watcher.runs == runs
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])

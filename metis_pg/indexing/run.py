@@ -35,11 +35,11 @@ class Run:
 
 #: A batch of documents is written (one transaction) once it holds this many chunks,
 #: its maximum of documents, or its first document has waited this many seconds. Chosen by
-#: measurement (benchmarks/ingest_cpu.py, docs/performance.md 2026-12-04 "batches the disk can
-#: take"): every batch updates the BM25 statistics of each of its terms once, so larger batches
-#: cost less CPU per chunk; past ~2,000 chunks the wall time grows again. A batch the disk guard
-#: cannot fit is written in smaller transactions (:meth:`Batch.write`), so a small disk does not
-#: stop indexing sooner.
+#: measurement (benchmarks/ingest_cpu.py; docs/performance.md, "Batches of 2,000 chunks written
+#: while the next are read"): every batch updates the BM25 statistics of each of its terms once, so
+#: larger batches cost less CPU per chunk; past ~2,000 chunks the wall time grows again. A batch the
+#: disk guard cannot fit is written in smaller transactions (:meth:`Batch._write`), so a small disk
+#: does not stop indexing sooner.
 BATCH_CHUNKS = 2000
 BATCH_SECONDS = 1.0
 
@@ -118,11 +118,13 @@ class Batch:
         """Start writing the queued documents in a thread, once the batch before them is written."""
         self._wait()
         documents, self._pending, self._chunks = self._pending, [], 0
+        # Encoded here, while the batch before is written: off the writer's path.
+        postings = storage.encode_batch([terms for d in documents for terms in d.terms])
         errors: list[BaseException] = []
 
         def write() -> None:
             try:
-                self._write(documents)
+                self._write(documents, postings)
             except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by _wait
                 errors.append(exc)
 
@@ -138,8 +140,12 @@ class Batch:
             if errors:
                 raise errors[0]
 
-    def _write(self, documents: list[storage.PendingDocument]) -> None:
+    def _write(self, documents: list[storage.PendingDocument], postings: storage.PostingColumns | None = None
+               ) -> None:
         """Write `documents` in one transaction, or in several when the disk cannot take them all.
+
+        `postings`: :func:`metis_pg.storage.encode_batch` of all of `documents` (used when they are
+        written whole).
 
         The disk guard estimates the whole batch (:data:`~metis_pg.disk_space.BYTES_PER_CHUNK` per
         chunk); when that would eat into the margin, the first half of the documents is tried, and
@@ -155,8 +161,9 @@ class Batch:
             n = self._fitting(documents)
             with self._pool.connection() as conn:
                 storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
-                                        documents=documents[:n], model=self._model)
-            documents = documents[n:]
+                                        documents=documents[:n], model=self._model,
+                                        postings=postings if n == len(documents) else None)
+            documents, postings = documents[n:], None  # the rest (if any) encoded as it is written
 
     def _fitting(self, documents: list[storage.PendingDocument]) -> int:
         """How many of `documents`, from the first, the disk guard lets one transaction write:

@@ -41,7 +41,7 @@ from .documents import (
     write_documents,
 )
 from .locks import INDEXER_LOCK_SPACE, indexer_session, lock_base
-from .postings import BLOCK_CHUNKS, encode_blocks
+from .postings import BLOCK_CHUNKS, PostingColumns, encode_batch, encode_blocks
 from .vectors import (
     chunks_without_vector,
     count_chunks_without_vector,
@@ -63,7 +63,7 @@ __all__ = [
     "create_base", "get_base", "list_bases", "list_bases_light", "drop_base", "set_status", "set_source_readers", "base_names",
     "base_not_found", "mark_tokenized", "ensure_source", "folder_sources",
     "document_hashes", "new_document_id", "write_document", "write_documents", "delete_document",
-    "encode_blocks",
+    "encode_blocks", "encode_batch", "PostingColumns",
     "chunks_without_vector", "count_chunks_without_vector", "document_paths", "write_vectors", "reusable_vectors",
     "switch_embedding", "delete_other_vectors", "text_hash", "vectors_of_texts",
     "NOTE_REASONS", "note_vectors", "note_model_unavailable", "count_refused",

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from .. import sqlfiles
 from ..chunking import Chunk, chunk_terms
 from .locks import lock_base
-from .postings import BLOCK_CHUNKS, add_totals, write_postings
+from .postings import BLOCK_CHUNKS, PostingColumns, add_totals, place_batch, write_postings
 from .vectors import copy_vectors, text_hash
 
 __all__ = [
@@ -146,13 +146,15 @@ def write_documents(
     source_id: int,
     documents: Sequence[PendingDocument],
     model: str,
+    postings: PostingColumns | None = None,
 ) -> list[int]:
     """Write documents with their chunks, vectors and postings in ONE transaction; return their ids.
 
     The previous versions they replace are deleted first, in the same transaction, and
     the base's BM25 statistics get one update for the whole batch: each ``bm25_terms``
     row the batch touches gets one new version, not one per document. `model` is the
-    fingerprint the vectors belong to.
+    fingerprint the vectors belong to. `postings`: the documents' chunks encoded already
+    (:func:`metis_pg.storage.postings.encode_batch` of their terms, in order), else encoded here.
 
     Raises:
         InvalidInput: a vector that is not one-dimensional or holds NaN or infinity.
@@ -186,9 +188,12 @@ def write_documents(
                             list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end,
                             len(terms), chunk.line_end, list(chunk.line_map) or None, chunk.page_label,
                         ))
+            if postings is not None:  # the k-th chunk's id is in the (k // BLOCK_CHUNKS)-th block drawn
+                first_ids = [chunk_id for ids in placed for chunk_id in ids][::BLOCK_CHUNKS]
+                postings = place_batch(postings, [chunk_id // BLOCK_CHUNKS for chunk_id in first_ids])
             write_postings(conn, cur, base_id, [
                 (chunk_id, terms) for d, ids in zip(documents, placed) for chunk_id, terms in zip(ids, d.terms)
-            ])
+            ], postings)
             copy_vectors(cur, base_id, model, [
                 (chunk_id, document_id, v, text_hash(chunk.embedding_text))
                 for d, document_id, ids in zip(documents, document_ids, placed) if d.vectors is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 __all__ = ["BLOCK_CHUNKS", "MAX_TF", "PostingRow", "EncodedPostings", "PostingColumns", "encode_blocks",
-           "encode_columns", "write_postings"]
+           "encode_columns", "encode_batch", "place_batch", "write_postings"]
 
 #: Chunk ids per posting block: chunk_id = block_no * BLOCK_CHUNKS + offset (migration 0011).
 BLOCK_CHUNKS = 256
@@ -185,6 +185,26 @@ def encode_columns(chunks: Sequence[tuple[int, Sequence[str]]]) -> PostingColumn
         lengths, n, int(sizes.sum()))
 
 
+def encode_batch(terms: Sequence[Sequence[str]]) -> PostingColumns:
+    """:func:`encode_columns` of a batch's chunks before they have ids: the chunk at position k (the
+    batch's chunks in order, ``terms[k]`` its terms) as if its id were k, so its block is relative
+    (k // BLOCK_CHUNKS, its offset k % BLOCK_CHUNKS). :func:`place_batch` gives the real blocks once
+    :func:`metis_pg.storage.documents.block_chunk_ids` has drawn them: the indexer encodes a batch
+    while the one before it is written (:class:`metis_pg.indexing.run.Batch`)."""
+    return encode_columns(list(enumerate(terms)))
+
+
+def place_batch(c: PostingColumns, blocks: Sequence[int]) -> PostingColumns:
+    """The rows of :func:`encode_batch` moved to the chunk ids of the blocks drawn for the batch:
+    relative block r becomes ``blocks[r]`` (as ``block_chunk_ids`` numbers a batch's chunks through
+    its blocks in order, the offsets stay)."""
+    import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
+
+    drawn = np.asarray(blocks, np.int64)
+    return replace(c, block_no=drawn[c.block_no] if len(c.block_no) else c.block_no,
+                   lengths={int(drawn[r]): lengths for r, lengths in c.lengths.items()})
+
+
 def encode_blocks(chunks: Sequence[tuple[int, Sequence[str]]]) -> EncodedPostings:
     """Encode new chunks ``(chunk_id, terms)`` as posting-block rows keyed by (term, tier, block); pure.
 
@@ -209,13 +229,17 @@ def encode_blocks(chunks: Sequence[tuple[int, Sequence[str]]]) -> EncodedPosting
 
 
 def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
-                   chunks: Sequence[tuple[int, Sequence[str]]]) -> None:
-    """Write the posting blocks, block lengths and BM25 statistics of new chunks ``(chunk_id, terms)``."""
+                   chunks: Sequence[tuple[int, Sequence[str]]], encoded: PostingColumns | None = None) -> None:
+    """Write the posting blocks, block lengths and BM25 statistics of new chunks ``(chunk_id, terms)``.
+
+    `encoded`: :func:`encode_columns` of `chunks` when the caller has it already (else computed here).
+    """
     import numpy as np  # here: a search imports this module and needs no numpy (issue 25, start-up)
 
     if not chunks:
         return
-    encoded = encode_columns(chunks)
+    if encoded is None:
+        encoded = encode_columns(chunks)
     if len(encoded.term):
         def statistics(indexes: list[int]) -> dict[str, Any]:
             return {"base_id": base_id, "terms": "\n".join([encoded.terms[i] for i in indexes]),
@@ -225,12 +249,18 @@ def write_postings(conn: psycopg.Connection, cur: psycopg.Cursor, base_id: int,
 
         # The terms the base has (updated), then the others (inserted): two statements, as Citus
         # plans no INSERT ... SELECT with a correlated subquery beside a data-modifying CTE.
-        every = list(range(len(encoded.terms)))
-        term_ids = dict(conn.execute(sqlfiles.load("storage/bm25_add_terms"), statistics(every)).fetchall())
-        new_terms = [i for i, t in enumerate(encoded.terms) if t not in term_ids]
+        # The ids of the terms the base has come back by position (ints, binary), the others' by term.
+        ids, known = np.zeros(len(encoded.terms), np.int64), np.zeros(len(encoded.terms), bool)
+        found = conn.execute(sqlfiles.load("storage/bm25_add_terms"), statistics(list(range(len(encoded.terms)))),
+                             binary=True).fetchall()
+        if found:
+            at, found_ids = np.array(found, np.int64).T
+            ids[at - 1], known[at - 1] = found_ids, True
+        new_terms = np.flatnonzero(~known).tolist()
         if new_terms:
-            term_ids.update(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
-        term_id = np.array([term_ids[t] for t in encoded.terms], np.int64)[encoded.term]
+            new_ids = dict(conn.execute(sqlfiles.load("storage/bm25_new_terms"), statistics(new_terms)).fetchall())
+            ids[new_terms] = [new_ids[encoded.terms[i]] for i in new_terms]
+        term_id = ids[encoded.term]
         # In descending primary-key order (term, block, max_tf) within each group of rows of the same
         # layout (_rows_binary builds a group at a time), so not one ordered stream. Descending: each
         # term's new keys go at the end of its range of the primary key, and inserted in ascending

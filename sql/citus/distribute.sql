@@ -35,6 +35,18 @@ WHERE p.schemaname = current_schema()
 ORDER BY p.tablename, p.policyname
 \gexec
 
+-- The triggers that keep chunks', vectors' and facts' readers equal to their document's (migration
+-- 0024, sql/access/row_readers.v1.sql) serve only those policies, and each would read documents, a
+-- distributed table, from a shard of another ("distributed query from a query on a shard"):
+-- dropped with them. (Migration 0024 creates none where the documents are distributed already.)
+SELECT format('DROP TRIGGER IF EXISTS %I ON %I', t.tgname, c.relname)
+FROM pg_catalog.pg_trigger AS t
+JOIN pg_catalog.pg_class AS c ON c.oid = t.tgrelid
+WHERE c.relnamespace = current_schema()::regnamespace AND NOT t.tgisinternal
+  AND t.tgname IN ('chunks_readers', 'embeddings_readers', 'facts_readers', 'documents_readers_changed')
+ORDER BY c.relname, t.tgname
+\gexec
+
 SELECT format('ALTER TABLE %I DISABLE ROW LEVEL SECURITY', c.relname)
 FROM pg_catalog.pg_class AS c
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND c.relrowsecurity

@@ -8,12 +8,13 @@
 -- whitespace); %(dfs)s, %(max_tfs)s, %(min_lengths)s int[] literals ('{1,2}'), parallel to the terms:
 -- how many of the new chunks hold it, its most occurrences in one of them, the fewest terms of one
 -- holding it. Text, formatted by the caller in one join: a batch carries tens of thousands of terms.
--- Returns: term, term_id — one row per term the base had.
+-- Returns: i, term_id — one row per term the base had, i its position in %(terms)s (from 1): the
+-- caller places the ids by position, without sending the terms back.
 -- Only terms the base lacks are inserted: an INSERT ... ON CONFLICT would draw an identity value
 -- for every term of every batch and run out of integers after ~10^5 batches.
 UPDATE bm25_terms AS t
 SET df = t.df + a.df, max_tf = greatest(t.max_tf, a.max_tf), min_length = least(t.min_length, a.min_length)
 FROM unnest(string_to_array(%(terms)s::text, E'\n'), %(dfs)s::int[], %(max_tfs)s::int[],
-            %(min_lengths)s::int[]) AS a(term, df, max_tf, min_length)
+            %(min_lengths)s::int[]) WITH ORDINALITY AS a(term, df, max_tf, min_length, i)
 WHERE t.base_id = %(base_id)s::int AND t.term = a.term
-RETURNING t.term, t.term_id
+RETURNING a.i, t.term_id
