@@ -300,3 +300,35 @@ def test_a_batch_the_disk_cannot_take_whole_is_written_in_parts_up_to_the_margin
     again = metis.index(base_name, folder)  # space freed: the 7 others, none lost, none twice
     assert (again.new, again.unchanged) == (7, 5)
     assert metis.base(base_name).documents == 12
+
+
+def test_metis_index_says_what_is_kept_and_what_continues_when_the_database_goes_away(dsn, metis, fast_base,
+                                                                                       tmp_path, monkeypatch):
+    """The embedded postmaster killed in the middle of `metis index`: the batch in flight failed with exit 5
+    and only "the database is unavailable: the server closed the connection"; now it says that what was
+    written is kept and which command continues, and that command indexes exactly the rest."""
+    import psycopg
+
+    from cli_runner import run_cli
+
+    base_name = fast_base
+    folder = write_corpus(tmp_path / "kb", {f"doc{i}.txt": f"Note {i} of the lighthouse survey." for i in range(6)})
+    real = storage.write_documents
+    calls = {"n": 0}
+
+    def dropped(conn, **kwargs):  # the connection lost at the second batch, as a killed server does
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(conn, **kwargs)
+
+    monkeypatch.setattr(storage, "write_documents", dropped)
+    result = run_cli("index", str(folder), "--base", base_name, "--batch", "3", "--dsn", dsn)
+    assert result.code == 5, (result.code, result.stderr)
+    assert "error [DATABASE_UNAVAILABLE]" in result.stderr and "every batch written before is kept" in result.stderr
+    assert f"run `metis index {folder} --base {base_name}` again" in result.stderr, result.stderr
+    monkeypatch.undo()
+    assert metis.base(base_name).documents == 3
+    again = run_cli("index", str(folder), "--base", base_name, "--json", "--dsn", dsn)
+    assert again.code == 0 and (again.json()["new"], again.json()["unchanged"]) == (3, 3), again.stdout
+    assert vectors_of(metis, base_name) == (6, 6)

@@ -49,27 +49,31 @@ def test_search_cites_the_printed_label_beside_the_page(dsn, metis, base_name, t
     assert run_cli("index", str(folder), "--base", base_name, "--dsn", dsn).code == 0
 
     question = "revoked certificate renewed tasn1"
-    results = run_cli("search", base_name, question, "--json", "--dsn", dsn).json()["results"]
+    # The two files hold the same text: copies kept, so that both are cited (a search collapses
+    # copies of one text by default: docs/search.md, Copies of one text).
+    results = run_cli("search", base_name, question, "--keep-copies", "--json", "--dsn", dsn).json()["results"]
     by_document = {}
     for r in results:
         by_document.setdefault(r["citation"]["document"], r["citation"])
     manual, plain = by_document["manual.pdf"], by_document["plain.pdf"]
     assert (manual["page"], manual["page_label"]) == (5, "2")
     assert plain["page"] == 5 and "page_label" not in plain  # no /PageLabels: the page's number alone
-    text = run_cli("search", base_name, question, "-n", "2", "--dsn", dsn).stdout
+    text = run_cli("search", base_name, question, "-n", "2", "--keep-copies", "--dsn", dsn).stdout
     assert "manual.pdf p.5 (printed 2)" in text and "plain.pdf p.5 ·" in text, text
     # The citation as printed reads the page back (metis get; MCP get takes a search's citation so).
     [page] = run_cli("get", base_name, "manual.pdf p.5 (printed 2)", "--json", "--dsn", dsn).json()
     assert "revoked certificate" in page["text"] and "keyring" not in page["text"]
 
-    front = run_cli("search", base_name, "acknowledgements translators", "--json", "--dsn", dsn).json()["results"]
+    front = run_cli("search", base_name, "acknowledgements translators", "--keep-copies", "--json",
+                    "--dsn", dsn).json()["results"]
     first = next(r["citation"] for r in front if r["citation"]["document"] == "manual.pdf")
     assert (first["page"], first["page_label"]) == (3, "iii")
 
     token = "test-token-" + "9" * 24
     with service.running(service.create_app(metis, tokens=[token])) as url:
         answer = httpx.post(f"{url}/search", headers={"Authorization": f"Bearer {token}"}, timeout=60,
-                            json={"bases": base_name, "question": question, "top_k": 5}).json()
+                            json={"bases": base_name, "question": question, "top_k": 5,
+                                  "fusion": {"collapse_copies": False}}).json()
     cited = next(r["citation"] for r in answer["results"] if r["citation"]["document"] == "manual.pdf")
     assert (cited["page"], cited["page_label"]) == (5, "2")
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from ..errors import InvalidInput
+from ..errors import DatabaseUnavailable, InvalidInput
 from .options import DsnOption, JsonOption, open_metis
 from .render import escape, renderer
 from .root import app
@@ -73,7 +76,8 @@ def index(
             if base not in known and not as_json and all(p.expanduser().exists() for p in paths):
                 r.note(f"created base {base!r} with the defaults"
                        + (f" (other bases: {', '.join(known)})" if known else ""))
-            report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
+            with _continue_later(f"metis index {' '.join(shlex.quote(str(p)) for p in paths)} --base {shlex.quote(base)}"):
+                report = index_with_progress(r, m, base, paths, source, quiet=as_json, **options)
             if as_json:
                 r.json(report.to_dict())
             else:
@@ -84,15 +88,27 @@ def index(
         for name in names:
             if all_bases and not m.sources(name):
                 continue  # a base of notes or facts only: nothing to read again
-            for s, report in reindex_with_progress(r, m, name, quiet=as_json, **options):
-                done.append({**report.to_dict(), "source": s.name, "folder": s.root})
-                if not as_json:
-                    r.line(f"source {s.name} ({s.root})")
-                    r.report(report)
+            with _continue_later(f"metis index --base {shlex.quote(name)}"):
+                for s, report in reindex_with_progress(r, m, name, quiet=as_json, **options):
+                    done.append({**report.to_dict(), "source": s.name, "folder": s.root})
+                    if not as_json:
+                        r.line(f"source {s.name} ({s.root})")
+                        r.report(report)
     if as_json:
         r.json(done)
     elif not done:
         r.out.print("no base has a folder source to index again")
+
+
+@contextlib.contextmanager
+def _continue_later(command: str) -> Iterator[None]:
+    """Say, when the database goes away in the middle of indexing, that what was written is kept and which
+    command continues: "the server closed the connection" alone (exit 5) left the user guessing."""
+    try:
+        yield
+    except DatabaseUnavailable as exc:
+        raise DatabaseUnavailable(f"{exc.message}; every batch written before is kept: run `{command}` again "
+                                  "once the database is back (it skips what it already indexed)") from exc
 
 
 @app.command()
