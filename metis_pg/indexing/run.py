@@ -116,10 +116,10 @@ class Batch:
 
     def _hand_over(self) -> None:
         """Start writing the queued documents in a thread, once the batch before them is written."""
-        self._wait()
         documents, self._pending, self._chunks = self._pending, [], 0
-        # Encoded here, while the batch before is written: off the writer's path.
+        # Encoded here, while the batch before is still being written (then waited for): off the writer's path.
         postings = storage.encode_batch([terms for d in documents for terms in d.terms])
+        self._wait()
         errors: list[BaseException] = []
 
         def write() -> None:
