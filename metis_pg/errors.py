@@ -14,6 +14,7 @@ Each class carries a stable ``code`` (in JSON errors and logs), the CLI
     ├── SchemaOutOfDate                SCHEMA_OUT_OF_DATE              5    503
     ├── UnreadableDocument             DOCUMENT_UNREADABLE             2    422
     ├── Unauthorized                   UNAUTHORIZED                    2    401
+    ├── Forbidden                      FORBIDDEN                       2    403
     ├── NotFound                       NOT_FOUND                       4    404
     ├── RequestTooLarge                REQUEST_TOO_LARGE               2    413
     │   ├── BodyTooLarge               BODY_TOO_LARGE                  2    413
@@ -57,6 +58,7 @@ __all__ = [
     "EmbeddingDimensionMismatch",
     "RerankerUnavailable",
     "Unauthorized",
+    "Forbidden",
     "NotFound",
     "RequestTooLarge",
     "RequestTimeout",
@@ -211,6 +213,15 @@ class Unauthorized(MetisError):
     code = "UNAUTHORIZED"
     exit_code = 2
     http_status = 401
+
+
+class Forbidden(MetisError):
+    """A valid bearer token that may not do this: a token with groups reads for them and changes
+    nothing (issue 21; a change made with it could publish what its groups may not read)."""
+
+    code = "FORBIDDEN"
+    exit_code = 2
+    http_status = 403
 
 
 class NotFound(MetisError):

@@ -86,18 +86,42 @@ def test_http_index_jobs_give_their_sources_readers(url, kb, metis, tmp_path_fac
     folder = kb.root / f"jobs-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
     (folder / "memo.md").write_text(f"# Memo\n\nThe board memo {SECRET}board.\n")
-    with _client(url, ADMIN) as admin, _client(url, ENG) as eng:
-        bad = admin.post(f"/bases/{kb.name}/index", json={"paths": [str(folder)], "readers": ["not a group"]})
+    # A token without groups indexes (a token with groups changes nothing: the next test).
+    with _client(url, NOBODY) as writer, _client(url, ADMIN) as admin, _client(url, ENG) as eng:
+        bad = writer.post(f"/bases/{kb.name}/index", json={"paths": [str(folder)], "readers": ["not a group"]})
         assert bad.status_code == 400
-        job = admin.post(f"/bases/{kb.name}/index", json={"paths": [str(folder)], "readers": ["ops"]}).json()
+        job = writer.post(f"/bases/{kb.name}/index", json={"paths": [str(folder)], "readers": ["ops"]}).json()
         deadline = time.monotonic() + 120
-        while (state := admin.get(f"/jobs/{job['id']}").json())["state"] not in ("done", "failed"):
+        while (state := writer.get(f"/jobs/{job['id']}").json())["state"] not in ("done", "failed"):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         assert state["state"] == "done", state
         body = {"bases": [kb.name], "question": f"board memo {SECRET}board", "mode": "keyword"}
         assert "memo.md" in _documents(admin.post("/search", json=body).json())
         assert "memo.md" not in _documents(eng.post("/search", json=body).json())
+
+
+def test_a_token_with_groups_changes_nothing(url, kb, metis):  # noqa: F811
+    """A token with groups could index hr's folder again without its readers (or as a new source) and
+    then read it: every change is refused to it (403 FORBIDDEN), and the hr document stays hidden."""
+    body = {"bases": [kb.name], "question": f"payroll {SECRET} salary", "mode": "keyword"}
+    with _client(url, ENG) as eng:
+        assert "salaries.md" not in _documents(eng.post("/search", json=body).json())
+        refused = [
+            eng.post(f"/bases/{kb.name}/index", json={"paths": [str(kb.root / "hr")], "readers": []}),
+            eng.post(f"/bases/{kb.name}/index", json={"paths": [str(kb.root / "narrow")],
+                                                      "front_matter_readers": False}),
+            eng.post("/bases", json={"name": f"t-eng-{uuid.uuid4().hex[:6]}"}),
+            eng.delete(f"/bases/{kb.name}"),
+            eng.post(f"/bases/{kb.name}/notes", json={"title": "Memo", "text": "A note from eng."}),
+            eng.delete(f"/bases/{kb.name}/notes/1"),
+        ]
+        for response in refused:
+            assert response.status_code == 403, response.text
+            assert response.json()["error"]["code"] == "FORBIDDEN", response.text
+        assert "salaries.md" not in _documents(eng.post("/search", json=body).json())
+    assert "salaries.md" in {d.document for d in metis.documents(kb.name)}  # the base is still whole
+    assert "salaries.md" not in {d.document for d in metis.documents(kb.name, principals=["eng"])}
 
 
 def _structured(result) -> dict:

@@ -94,6 +94,20 @@ def test_an_older_observation_is_stored_as_replaced_by_the_fact_that_holds(metis
     assert (facts[current].holds, facts[late].holds, facts[late].superseded_by) == (True, False, current)
 
 
+def test_a_fact_restated_word_for_word_after_a_change_is_found_and_holds(metis, base_name):
+    """A fact that changes back (Tuesday, then Thursday, then Tuesday again) has two copies of one text.
+    With copies collapsed in each leg (the default since issue 20) only the first, replaced copy kept
+    a place: the search answered replaced facts only. A memory base keeps every copy."""
+    metis.create_base(base_name, kind="memory")
+    first = metis.remember(base_name, "The team meets on Tuesday.", key="meeting")
+    moved = metis.remember(base_name, "The team meets on Thursday.", key="meeting", supersedes=first)
+    back = metis.remember(base_name, "The team meets on Tuesday.", key="meeting", supersedes=moved)
+    for mode in ("keyword", "hybrid"):
+        results = metis.search(base_name, "when does the team meet", mode=mode).results
+        assert [(r.text, r.holds) for r in results][0] == ("The team meets on Tuesday.", True), mode
+    assert {f.fact_id: f.holds for f in metis.facts(base_name)} == {first: False, moved: False, back: True}
+
+
 def test_supersedes_must_name_a_fact_that_holds(metis, memory, base_name):
     first, _, _ = memory.ids
     with pytest.raises(metis_pg.InvalidInput, match="already replaced"):

@@ -50,6 +50,7 @@ from ..config import Settings
 from ..errors import (
     BaseNotFound,
     DatabaseUnavailable,
+    Forbidden,
     InvalidInput,
     MetisError,
     NotFound,
@@ -185,6 +186,17 @@ def create_app(
     def caller(request: Request) -> tuple[str, ...] | None:
         return principals_of(request, bool(token_list))
 
+    def writer(request: Request) -> None:
+        """Let only a token without groups change anything (issue 21): a token with groups could
+        otherwise index a folder again without its readers, or as a new source, and read it."""
+        groups = caller(request)
+        if groups:
+            raise Forbidden(f"this token reads for the groups {', '.join(groups)} and changes nothing: creating, "
+                            "dropping and indexing bases, notes and facts need a token of METIS_API_TOKENS "
+                            "without groups")
+
+    changes = [Depends(writer)]
+
     @app.exception_handler(MetisError)
     async def _metis_error(request: Request, exc: MetisError) -> JSONResponse:
         return error_response(exc)
@@ -236,7 +248,7 @@ def create_app(
         # Counted for the token's groups (the console's Bases page): a hidden document is no count.
         return {"bases": [b.to_dict() for b in db.list_bases(principals=caller(request))]}
 
-    @api.post("/bases", status_code=201, summary="Create a base", responses={409: {"model": ErrorOut}})
+    @api.post("/bases", status_code=201, summary="Create a base", responses={409: {"model": ErrorOut}}, dependencies=changes)
     def create_base(body: CreateBaseIn) -> JSONResponse:
         for field in ("embedding_url", "reranker_url"):
             if getattr(body, field) is not None:
@@ -252,7 +264,7 @@ def create_app(
     def get_base(name: NameParam, request: Request) -> dict[str, Any]:
         return db.base(name, principals=caller(request)).to_dict()
 
-    @api.delete("/bases/{name}", summary="Drop a base and everything in it", responses={404: {"model": ErrorOut}})
+    @api.delete("/bases/{name}", summary="Drop a base and everything in it", responses={404: {"model": ErrorOut}}, dependencies=changes)
     def drop_base(name: NameParam) -> dict[str, Any]:
         db.drop_base(name)
         return {"dropped": name}
@@ -276,7 +288,7 @@ def create_app(
         }
 
     @api.post("/bases/{name}/index", status_code=202, summary="Index folders or files under the source roots (a job)",
-              responses={404: {"model": ErrorOut}})
+              responses={404: {"model": ErrorOut}}, dependencies=changes)
     def index(name: NameParam, body: IndexIn) -> JSONResponse:
         for path in body.paths:
             resolve_source_path(path, roots)  # 400 before a base is created
@@ -316,7 +328,7 @@ def create_app(
         return JSONResponse(result.to_dict())
 
     @api.post("/bases/{name}/notes", status_code=201, summary="Add a note (a document of the source metis-<name>)",
-              responses={404: {"model": ErrorOut}})
+              responses={404: {"model": ErrorOut}}, dependencies=changes)
     def add_note(name: NameParam, body: NoteIn) -> JSONResponse:
         note_id = db.add_note(name, body.title, body.text)
         return JSONResponse({"note_id": note_id, "base": name, "source": f"metis-{name}"}, status_code=201)
@@ -325,13 +337,13 @@ def create_app(
     def list_notes(name: NameParam, request: Request) -> dict[str, Any]:
         return {"notes": [n.to_dict() for n in db.notes(name, principals=caller(request))]}
 
-    @api.delete("/bases/{name}/notes/{note_id}", summary="Delete a note", responses={404: {"model": ErrorOut}})
+    @api.delete("/bases/{name}/notes/{note_id}", summary="Delete a note", responses={404: {"model": ErrorOut}}, dependencies=changes)
     def delete_note(name: NameParam, note_id: int) -> dict[str, Any]:
         db.delete_note(name, note_id)
         return {"deleted": note_id}
 
     @api.post("/bases/{name}/facts", status_code=201, summary="Remember a fact in a memory base (SPEC F11)",
-              responses={404: {"model": ErrorOut}})
+              responses={404: {"model": ErrorOut}}, dependencies=changes)
     def remember(name: NameParam, body: FactIn) -> JSONResponse:
         fact_id = db.remember(name, body.text, key=body.key, supersedes=body.supersedes, observed_at=body.observed_at)
         return JSONResponse({"fact_id": fact_id, "base": name}, status_code=201)
