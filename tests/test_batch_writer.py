@@ -8,6 +8,7 @@ written in order and never two at once, and an error of a write is raised in the
 from __future__ import annotations
 
 import random
+import sys
 import threading
 
 import numpy as np
@@ -66,6 +67,7 @@ def test_a_full_batch_is_written_in_a_thread_while_the_next_documents_are_added(
     monkeypatch.setattr(indexing_run, "BATCH_CHUNKS", 3)
     monkeypatch.setattr(indexing_run.storage, "write_documents", held)
     run = indexing_run.Run(base="b", base_id=base_id)
+    before = sys.getswitchinterval()
     with indexing_run.Batch(pool, base_id, source_id, "m:3", run, max_documents=100) as batch:
         for i in range(3):
             batch.add(_document(i))  # the third fills the batch: handed to the writer
@@ -73,6 +75,9 @@ def test_a_full_batch_is_written_in_a_thread_while_the_next_documents_are_added(
         # waited 20 s for this event, which nothing could set).
         assert entered.wait(timeout=20)
         assert not release.is_set() and writes == [(["d000.txt", "d001.txt", "d002.txt"], False)]
+        # While a batch is written the reading thread gives the GIL back often (the writer waits on
+        # the server many times a batch; at Python's 5 ms the two threads ran one after the other).
+        assert sys.getswitchinterval() == indexing_run.WRITING_SWITCH_INTERVAL_S < before
         batch.add(_document(3))
         batch.add(_document(4))
         assert _stored(pool, base_id) == []  # nothing committed yet
@@ -81,6 +86,7 @@ def test_a_full_batch_is_written_in_a_thread_while_the_next_documents_are_added(
     assert [w for w, _ in writes] == [["d000.txt", "d001.txt", "d002.txt"], ["d003.txt", "d004.txt"]]
     assert _stored(pool, base_id) == [f"d{i:03d}.txt" for i in range(5)]
     assert run.counts["chunks"] == 5 and run.counts["new"] == 5
+    assert sys.getswitchinterval() == before  # put back once no write is in flight
 
 
 def test_an_error_of_the_writer_is_raised_in_the_callers_thread_and_later_batches_are_not_written(target,
