@@ -134,7 +134,14 @@ dense_read AS MATERIALIZED (
             FROM embeddings AS e
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
               AND e.base_id = ANY(%(base_ids)s::int[])
-              AND e.model = %(model)s::text
+              -- The model's name is compared row by row only when the bases hold vectors of another
+              -- model too (a switch of model under way): two probes of ix_embeddings_base_model, run
+              -- once (an InitPlan) before the scan; comparing the text of every row costs about a tenth of it.
+              AND ((SELECT NOT EXISTS (SELECT 1 FROM embeddings AS o
+                                       WHERE o.base_id = ANY(%(base_ids)s::int[]) AND o.model < %(model)s::text)
+                       AND NOT EXISTS (SELECT 1 FROM embeddings AS o
+                                       WHERE o.base_id = ANY(%(base_ids)s::int[]) AND o.model > %(model)s::text))
+                   OR e.model = %(model)s::text)
               AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
               AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
             UNION ALL
@@ -158,18 +165,36 @@ dense_read AS MATERIALIZED (
 -- leg_limit rows, so it keeps leg_limit distinct texts (fewer only when more of those rows are
 -- copies); the keyword leg keeps the distinct texts of its top leg_limit. Off, leg_read = leg_limit
 -- and no text is looked up. Scores are unchanged; ranks count the kept chunks.
+-- The dense leg looks up the texts of its best leg_limit rows first (dense_head); the texts of the
+-- rows past them only when the head holds a copy (otherwise the head is the leg as it is).
+dense_head AS MATERIALIZED (
+    SELECT r.chunk_id, r.score, r.rank, copy.text
+    FROM dense_read AS r
+    LEFT JOIN LATERAL (
+        SELECT c.text FROM chunks AS c
+        WHERE %(collapse_copies)s::boolean
+          AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+    ) AS copy ON true
+    WHERE r.rank <= %(leg_limit)s
+),
 dense AS MATERIALIZED (
     SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
     FROM (
-        SELECT r.chunk_id, r.score, r.rank,
-               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
-                                  ORDER BY r.rank) AS copy_no
-        FROM dense_read AS r
-        LEFT JOIN LATERAL (
-            SELECT c.text FROM chunks AS c
-            WHERE %(collapse_copies)s::boolean
-              AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
-        ) AS copy ON true
+        SELECT t.chunk_id, t.score, t.rank,
+               row_number() OVER (PARTITION BY t.text, CASE WHEN t.text IS NULL THEN t.chunk_id END
+                                  ORDER BY t.rank) AS copy_no
+        FROM (
+            SELECT h.chunk_id, h.score, h.rank, h.text FROM dense_head AS h
+            UNION ALL
+            SELECT r.chunk_id, r.score, r.rank, copy.text
+            FROM dense_read AS r
+            LEFT JOIN LATERAL (
+                SELECT c.text FROM chunks AS c
+                WHERE c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+            ) AS copy ON true
+            WHERE r.rank > %(leg_limit)s
+              AND (SELECT count(DISTINCT h.text) < count(h.text) FROM dense_head AS h)
+        ) AS t
     ) AS kept
     WHERE kept.copy_no = 1
     ORDER BY kept.rank
