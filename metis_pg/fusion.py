@@ -81,7 +81,7 @@ class Plan:
     route_weak: float
     weak_ratio: float
     fired: tuple[str, ...]
-    #: In each leg, a chunk whose text is that of a chunk ranked above it takes no place.
+    #: In each leg, the chunks of one text take one place, held by a copy that still holds.
     collapse_copies: bool = False
 
     def params(self) -> dict[str, Any]:

@@ -93,9 +93,17 @@ COPIES_READ = 4
 
 
 def _first_copies(ranked: Sequence[Candidate]) -> list[Candidate]:
-    """`ranked` without the chunks whose text an earlier one has."""
-    seen: set[str] = set()
-    return [c for c in ranked if not (c.text in seen or seen.add(c.text))]
+    """`ranked` (best first) with one chunk per text, at the place of that text's best-ranked copy.
+
+    The copy kept is the first that still holds (``holds`` not False: a fact no newer fact
+    replaced, or a chunk that is no fact; SPEC F11), else the first: as the statement keeps them
+    (``sql/search/hybrid.sql``, CTEs ``dense`` and ``keyword``).
+    """
+    kept: dict[str, Candidate] = {}  # text -> its copy kept, in the order of the texts' best places
+    for c in ranked:
+        if c.text not in kept or (kept[c.text].holds is False and c.holds is not False):
+            kept[c.text] = c
+    return list(kept.values())
 
 
 def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int = 60,
@@ -110,8 +118,8 @@ def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_
     (:func:`metis_pg.fusion.fuse`: rrf or convex over every candidate's complete scores, the
     dense share the first base's statement routed to), or without a plan by weighted RRF:
     sum of weight / (rrf_k + rank) (Cormack et al. 2009); ties by chunk_id. Returns the best
-    `top_k`. With the plan's ``collapse_copies``, a later copy of a text takes no place in a leg,
-    whichever base holds it, as in the statement.
+    `top_k`. With the plan's ``collapse_copies``, the copies of a text take one place in a leg,
+    whichever base holds them, held by the copy that still holds, as in the statement.
     """
     limit = leg_limit(legs_top_k)
     every = [c for found in per_base for c in found]
@@ -330,11 +338,12 @@ def run_search(
     filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
     ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
     which may lack the columns of complete scores and routing). `collapse_copies` (None: the
-    plan's, without a plan :class:`~metis_pg.config.BaseSpec`'s default): in each leg, a chunk
-    whose text (``chunks.text``) is that of a chunk the leg ranked above it takes no place: the
+    plan's, without a plan :class:`~metis_pg.config.BaseSpec`'s default): in each leg, the chunks
+    of one text (``chunks.text``) take one place, the best-ranked copy's, held by a copy that still
+    holds (a replaced fact of a memory base gives way, SPEC F11), then the best-ranked: the
     dense leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many rows
-    for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are unchanged,
-    ranks count the chunks kept.
+    for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are the kept
+    copies' own, ranks count the chunks kept.
     """
     if collapse_copies is None:
         collapse_copies = plan.collapse_copies if plan is not None else BaseSpec().collapse_copies

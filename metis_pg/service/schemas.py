@@ -97,7 +97,7 @@ class FusionIn(_Body):
     routing: StrictBool | None = Field(
         None, description=f"shift the dense share per question from its features; default the base's ({_SPEC.routing})")
     collapse_copies: StrictBool | None = Field(
-        None, description="in each leg, a chunk whose text a chunk ranked above it has takes no place; "
+        None, description="in each leg, the chunks of one text take one place (a copy that still holds); "
                           f"default the base's ({_SPEC.collapse_copies} unless set at creation)")
 
     rrf_k: RrfK | None = Field(

@@ -25,9 +25,10 @@
 --   %(route_weak)s      float8   added to the share when the best BM25 is below %(weak_ratio)s of its bound
 --   %(weak_ratio)s      float8   see route_weak
 --   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
---   %(collapse_copies)s boolean  in each leg, a chunk whose text (chunks.text) is that of a chunk the leg
---                                ranked above it takes no place (issue 20: copies of one text, such as an
---                                option documented alike in many pages, crowd a leg's list)
+--   %(collapse_copies)s boolean  in each leg, the chunks of one text (chunks.text) take one place, held by
+--                                the copy that still holds (SPEC F11), then the best-ranked (issue 20:
+--                                copies of one text, such as an option documented alike in many pages,
+--                                crowd a leg's list)
 --   %(leg_read)s        int      rows the dense leg reads before copies are dropped: leg_limit, or
 --                                leg_limit * metis_pg.retrieval.COPIES_READ with collapse_copies (the
 --                                keyword leg drops them from its exact top leg_limit: reading more
@@ -153,26 +154,35 @@ dense_read AS MATERIALIZED (
         LIMIT %(leg_read)s
     ) AS nearest
 ),
--- Copies of one text (issue 20): with collapse_copies, a chunk whose text is that of a chunk the
--- leg ranked above it takes no place in the leg. The dense leg read leg_read = COPIES_READ *
--- leg_limit rows, so it keeps leg_limit distinct texts (fewer only when more of those rows are
--- copies); the keyword leg keeps the distinct texts of its top leg_limit. Off, leg_read = leg_limit
--- and no text is looked up. Scores are unchanged; ranks count the kept chunks.
+-- Copies of one text (issue 20): with collapse_copies, the chunks of one text (chunks.text) take one
+-- place in the leg, the place of the best-ranked of them. The copy kept is one that still holds (a
+-- fact of a memory base that no newer fact replaced, or any chunk that is not a fact: SPEC F11),
+-- then the best-ranked: a fact that changes back (Tuesday, Thursday, Tuesday) repeats a replaced
+-- fact word for word, and the copy that holds answers in the replaced one's place. The dense leg
+-- read leg_read = COPIES_READ * leg_limit rows, so it keeps leg_limit distinct texts (fewer only
+-- when more of those rows are copies); the keyword leg keeps the distinct texts of its top
+-- leg_limit. Off, leg_read = leg_limit and no text is looked up. Scores are the kept copy's own;
+-- ranks count the kept chunks, in the order of their places.
 dense AS MATERIALIZED (
-    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
+    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.place, kept.rank) AS rank,
+           clock_timestamp() AS done_at
     FROM (
         SELECT r.chunk_id, r.score, r.rank,
-               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
-                                  ORDER BY r.rank) AS copy_no
+               min(r.rank) OVER copies AS place,
+               row_number() OVER (copies ORDER BY copy.replaced, r.rank) AS copy_no
         FROM dense_read AS r
         LEFT JOIN LATERAL (
-            SELECT c.text FROM chunks AS c
+            SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+            FROM chunks AS c
+            LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                                 AND fa.document_id = c.document_id
             WHERE %(collapse_copies)s::boolean
               AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
         ) AS copy ON true
+        WINDOW copies AS (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END)
     ) AS kept
     WHERE kept.copy_no = 1
-    ORDER BY kept.rank
+    ORDER BY kept.place, kept.rank
     LIMIT %(leg_limit)s
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
@@ -195,20 +205,25 @@ keyword_read AS MATERIALIZED (
     ) AS k
 ),
 keyword AS MATERIALIZED (
-    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
+    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.place, kept.rank) AS rank,
+           clock_timestamp() AS done_at
     FROM (
         SELECT r.chunk_id, r.score, r.rank,
-               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
-                                  ORDER BY r.rank) AS copy_no
+               min(r.rank) OVER copies AS place,
+               row_number() OVER (copies ORDER BY copy.replaced, r.rank) AS copy_no
         FROM keyword_read AS r
         LEFT JOIN LATERAL (
-            SELECT c.text FROM chunks AS c
+            SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+            FROM chunks AS c
+            LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                                 AND fa.document_id = c.document_id
             WHERE %(collapse_copies)s::boolean
               AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
         ) AS copy ON true
+        WINDOW copies AS (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END)
     ) AS kept
     WHERE kept.copy_no = 1
-    ORDER BY kept.rank
+    ORDER BY kept.place, kept.rank
     LIMIT %(leg_limit)s
 ),
 -- Complete scores: the cosine of the keyword leg's chunks the dense leg did not keep (by chunk id,
