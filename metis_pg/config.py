@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
-from .fusion import FUSION_FIELDS, FUSION_FUNCTIONS, NORMALIZATIONS, fusion_problem  # noqa: F401 (re-exported)
+from .fusion import COLLAPSE_COPIES, FUSION_FIELDS, FUSION_FUNCTIONS, NORMALIZATIONS, fusion_problem  # noqa: F401 (re-exported)
 from .tokenizer import TOKENIZER_VERSION
 
 __all__ = [
@@ -175,7 +175,7 @@ class BaseSpec:
     normalization: str = "minmax"
     alpha: float = 0.8
     routing: bool = False
-    collapse_copies: bool = True
+    collapse_copies: bool = COLLAPSE_COPIES
     field_weight: int = DEFAULT_FIELD_WEIGHT
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION

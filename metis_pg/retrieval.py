@@ -20,7 +20,6 @@ from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
 from .chunking import embedding_text
-from .config import BaseSpec
 from .filters import Filters
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,24 +117,25 @@ def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_
     (:func:`metis_pg.fusion.fuse`: rrf or convex over every candidate's complete scores, the
     dense share the first base's statement routed to), or without a plan by weighted RRF:
     sum of weight / (rrf_k + rank) (Cormack et al. 2009); ties by chunk_id. Returns the best
-    `top_k`. With the plan's ``collapse_copies``, the copies of a text take one place in a leg,
+    `top_k`. With the plan's ``collapse_copies`` (without a plan,
+    :data:`metis_pg.fusion.COLLAPSE_COPIES`, as in :func:`run_search`), the copies of a text take one place in a leg,
     whichever base holds them, held by the copy that still holds, as in the statement.
     """
+    if plan is None:
+        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
+                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
+                           route_weak=0.0, weak_ratio=0.0, fired=())
     limit = leg_limit(legs_top_k)
     every = [c for found in per_base for c in found]
     dense = sorted((c for c in every if c.dense_rank is not None), key=lambda c: (-c.dense, c.chunk_id))
     keyword = sorted((c for c in every if c.keyword_rank is not None), key=lambda c: (-c.keyword, c.chunk_id))
-    if plan is not None and plan.collapse_copies:
+    if plan.collapse_copies:
         dense, keyword = _first_copies(dense), _first_copies(keyword)
     dense, keyword = dense[:limit], keyword[:limit]
     dense_rank = {c.chunk_id: r for r, c in enumerate(dense, start=1)}
     keyword_rank = {c.chunk_id: r for r, c in enumerate(keyword, start=1)}
     kept = [c for c in every if c.chunk_id in dense_rank or c.chunk_id in keyword_rank]
     cands = [(c.dense, dense_rank.get(c.chunk_id), c.keyword, keyword_rank.get(c.chunk_id), c.chunk_id) for c in kept]
-    if plan is None:
-        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
-                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
-                           route_weak=0.0, weak_ratio=0.0, fired=())
     share = next((c.share for c in kept if c.share is not None), plan.dense_share)
     scores = fusion.fuse(cands, plan.fusion, share, normalization=plan.normalization, rrf_k=plan.rrf_k,
                          weight_sum=plan.weight_sum)
@@ -338,19 +338,19 @@ def run_search(
     filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
     ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
     which may lack the columns of complete scores and routing). `collapse_copies` (None: the
-    plan's, without a plan :class:`~metis_pg.config.BaseSpec`'s default): in each leg, the chunks
+    plan's, without a plan :data:`metis_pg.fusion.COLLAPSE_COPIES`, as a base's default): in each leg, the chunks
     of one text (``chunks.text``) take one place, the best-ranked copy's, held by a copy that still
     holds (a replaced fact of a memory base gives way, SPEC F11), then the best-ranked: the
     dense leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many rows
     for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are the kept
     copies' own, ranks count the chunks kept.
     """
-    if collapse_copies is None:
-        collapse_copies = plan.collapse_copies if plan is not None else BaseSpec().collapse_copies
     if plan is None:
         plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
                            dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
                            route_weak=0.0, weak_ratio=0.0, fired=())
+    if collapse_copies is None:
+        collapse_copies = plan.collapse_copies
     terms = list(terms)
     asked = list(terms)
     weights = None
