@@ -69,6 +69,7 @@ class Candidate:
     absent_share: float | None = None  # share of the question's words no chunk of the bases holds
     bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
     page_label: str | None = None  # the PDF page's printed label (chunking.Chunk.page_label)
+    column: int | None = None  # column of its start when it starts inside a line (chunking.Chunk.column)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +396,7 @@ def run_search(
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
             tags=tuple(r["tags"] or ()), author=r["author"], date=r["document_date"],
             share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
-            page_label=r.get("page_label"),
+            page_label=r.get("page_label"), column=r.get("col"),
         )
         for r in rows
     ]

@@ -74,8 +74,9 @@
 --             (max - inf) with the theoretical inf (cosine -1, BM25 0); a missing score is 0.
 --
 -- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
--- citation columns, holds (NULL unless the chunk is a fact of a memory base, SPEC F11:
--- true while no newer fact replaced it), the routing figures (share: the dense share used;
+-- citation columns (col: the chunk's column when it starts inside a line an earlier chunk holds),
+-- holds (NULL unless the chunk is a fact of a memory base, SPEC F11: true while no newer fact
+-- replaced it), the routing figures (share: the dense share used;
 -- absent_share; bm25_ratio: best BM25 / its bound, the sum of idf * (k1 + 1) * weight), and four
 -- timestamps (started_at, dense_done_at, keyword_done_at, finished_at) from which the caller
 -- derives the time each step took: each leg is MATERIALIZED, so they run one after the other and
@@ -322,7 +323,7 @@ legs_done AS (
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
-       c.page_label,
+       c.page_label, c.col,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
