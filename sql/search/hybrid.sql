@@ -136,7 +136,15 @@ dense_read AS MATERIALIZED (
             FROM embeddings AS e
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
               AND e.base_id = ANY(%(base_ids)s::int[])
-              AND e.model = %(model)s::text
+              -- The model's name is compared row by row only when the bases hold vectors of another
+              -- model too (a switch of model under way): two probes of ix_embeddings_base_model, run
+              -- once (an InitPlan) before the scan; comparing the text of every row costs about a
+              -- tenth of it.
+              AND ((SELECT NOT EXISTS (SELECT 1 FROM embeddings AS o
+                                       WHERE o.base_id = ANY(%(base_ids)s::int[]) AND o.model < %(model)s::text)
+                       AND NOT EXISTS (SELECT 1 FROM embeddings AS o
+                                       WHERE o.base_id = ANY(%(base_ids)s::int[]) AND o.model > %(model)s::text))
+                   OR e.model = %(model)s::text)
               AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
               AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
             UNION ALL
@@ -164,23 +172,46 @@ dense_read AS MATERIALIZED (
 -- when more of those rows are copies); the keyword leg keeps the distinct texts of its top
 -- leg_limit. Off, leg_read = leg_limit and no text is looked up. Scores are the kept copy's own;
 -- ranks count the kept chunks, in the order of their places.
+-- The dense leg gives a text to its best leg_limit rows first (dense_head), and to the rows past
+-- them only when the head holds two copies of one text or a replaced fact: otherwise no row past it
+-- can take a place in the leg, and the head is the leg as it is.
+dense_head AS MATERIALIZED (
+    SELECT r.chunk_id, r.score, r.rank, copy.text, copy.replaced
+    FROM dense_read AS r
+    LEFT JOIN LATERAL (
+        SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+        FROM chunks AS c
+        LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                             AND fa.document_id = c.document_id
+        WHERE %(collapse_copies)s::boolean
+          AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+    ) AS copy ON true
+    WHERE r.rank <= %(leg_limit)s
+),
 dense AS MATERIALIZED (
     SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.place, kept.rank) AS rank,
            clock_timestamp() AS done_at
     FROM (
-        SELECT r.chunk_id, r.score, r.rank,
-               min(r.rank) OVER copies AS place,
-               row_number() OVER (copies ORDER BY copy.replaced, r.rank) AS copy_no
-        FROM dense_read AS r
-        LEFT JOIN LATERAL (
-            SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
-            FROM chunks AS c
-            LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
-                                 AND fa.document_id = c.document_id
-            WHERE %(collapse_copies)s::boolean
-              AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
-        ) AS copy ON true
-        WINDOW copies AS (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END)
+        SELECT t.chunk_id, t.score, t.rank,
+               min(t.rank) OVER copies AS place,
+               row_number() OVER (copies ORDER BY t.replaced, t.rank) AS copy_no
+        FROM (
+            SELECT h.chunk_id, h.score, h.rank, h.text, h.replaced FROM dense_head AS h
+            UNION ALL
+            SELECT r.chunk_id, r.score, r.rank, copy.text, copy.replaced
+            FROM dense_read AS r
+            LEFT JOIN LATERAL (
+                SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+                FROM chunks AS c
+                LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                                     AND fa.document_id = c.document_id
+                WHERE c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+            ) AS copy ON true
+            WHERE r.rank > %(leg_limit)s
+              AND (SELECT count(DISTINCT h.text) < count(h.text) OR coalesce(bool_or(h.replaced), false)
+                   FROM dense_head AS h)
+        ) AS t
+        WINDOW copies AS (PARTITION BY t.text, CASE WHEN t.text IS NULL THEN t.chunk_id END)
     ) AS kept
     WHERE kept.copy_no = 1
     ORDER BY kept.place, kept.rank
