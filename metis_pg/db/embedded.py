@@ -414,16 +414,19 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _exit_on_sigterm() -> None:
-    """Make SIGTERM exit through SystemExit (exit handlers run: the embedded server is stopped
-    when this process was its last user), unless someone installed a handler already.
+    """Make SIGTERM and SIGHUP exit through SystemExit (exit handlers run: the embedded server is
+    stopped when this process was its last user), unless someone installed a handler already.
 
     uvicorn (``metis serve``) installs its own handler while it serves and, once shut
     down, restores this one and raises the signal again: the process then exits here.
+    SIGHUP (the terminal closed) used to end the process at once, leaving the server running.
     """
     if threading.current_thread() is not threading.main_thread():
         return
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
-        pass
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        try:
+            if number is not None and signal.getsignal(number) is signal.SIG_DFL:
+                signal.signal(number, _on_sigterm)
+        except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+            pass
