@@ -128,9 +128,17 @@ def _no_delay(transport: asyncio.Transport) -> None:
 
 
 def service_log_config(level: str = "info") -> dict[str, Any]:
-    """Return uvicorn's logging configuration plus the ``metis_pg`` loggers at `level`, on uvicorn's handler."""
+    """Return uvicorn's logging configuration plus the ``metis_pg`` loggers at `level`, on uvicorn's handler.
+
+    Every other library's warnings (``psycopg.pool``: "discarding closed connection", ...) go to the
+    same handler, one line each, through the root logger at WARNING. With no root handler the MCP
+    SDK's ``MCPServer`` (the app's ``/mcp``) gave the root logger a ``rich`` handler at INFO
+    (``logging.basicConfig``): those lines came out in another format, wrapped over several lines
+    of 80 columns padded with spaces.
+    """
     config = copy.deepcopy(LOGGING_CONFIG)
     config["loggers"]["metis_pg"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    config["root"] = {"handlers": ["default"], "level": "WARNING"}
     return config
 
 
