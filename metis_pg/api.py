@@ -345,7 +345,7 @@ class Metis(IndexingMethods, SearchMethods):
     def get(self, base: str, *targets: str, source: str | None = None,
             principals: access.Principals = None) -> "list[documents.DocumentText]":
         """Read documents of `base` back from their chunks: ``path``, ``path:LINE`` (the chunk cited at
-        that line), ``path p.N``, or a glob; see :mod:`metis_pg.documents`. With `principals`, a
+        that line), ``path:LINE:COLUMN`` (inside a line longer than a chunk), ``path p.N``, or a glob; see :mod:`metis_pg.documents`. With `principals`, a
         document they may not read is not found (:mod:`metis_pg.access`).
 
         Raises:

@@ -26,6 +26,10 @@ Rules:
   character, and :meth:`Chunk.line_at` the line of any character (HTML: from
   ``line_map``, the source lines of the blocks and of the line breaks the reader
   collapsed): what a citation points at (the line of the snippet's sentence).
+- ``column`` (md, txt): a chunk that starts on a line an earlier chunk also
+  holds (a line longer than ``chunk_size``) has the 1-based column of its first
+  character, and is cited ``document:line:column`` where it points into that
+  line; every other chunk has None and is cited ``document:line`` as before.
 """
 
 from __future__ import annotations
@@ -84,6 +88,10 @@ class Chunk:
         line_map: flattened ``(offset in text, line)`` pairs where the source line of a character is
             not ``line`` + the newlines of ``text`` before it (HTML blocks): see :func:`Chunk.line_at`.
         page_label: the printed label of ``page`` when the PDF has page labels, else None.
+        column: 1-based column (characters) of ``text``'s first character in its line, when an
+            earlier chunk of the document holds text of that line (a line longer than a chunk, cut
+            between chunks; md and txt, whose lines are exact), else None: ``document:line:column``
+            tells such chunks apart (a file of one 90 KB line is 76 chunks on line 1).
     """
 
     ordinal: int
@@ -97,6 +105,7 @@ class Chunk:
     line_end: int | None = None
     line_map: tuple[int, ...] = ()
     page_label: str | None = None
+    column: int | None = None
 
     def line_at(self, offset: int) -> int | None:
         """Return the 1-based source line of ``text[offset]`` (offset in characters, clamped), or None."""
@@ -149,6 +158,10 @@ def chunk_terms(chunk: Chunk, field_weight: int = 1) -> list[str]:
     return whole + text_terms(embedding_text(chunk.title, chunk.headings, "")) * (field_weight - 1)
 
 
+#: Kinds whose ``line`` is 1 + the newlines of ``Document.text`` before a chunk: their columns are exact too.
+EXACT_LINES = frozenset({"md", "txt"})
+
+
 def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:
     """Return the chunks of ``doc``, in document order (rules in the module docstring).
 
@@ -170,8 +183,11 @@ def chunk_document(doc: Document, *, chunk_size: int = 1200) -> list[Chunk]:
         for (s, e), (line, line_map) in zip(spans, _span_lines(doc.text, run, spans)):
             text = doc.text[s:e]
             line_end = line_at(text, line, line_map, len(text) - 1)
+            column = None
+            if doc.kind in EXACT_LINES and line is not None and chunks and chunks[-1].line_end == line:
+                column = s - doc.text.rfind("\n", 0, s)  # the line starts after its newline (or at 0)
             chunks.append(Chunk(len(chunks), text, doc.title, run[0].headings, run[0].page, line, s, e,
-                                line_end, line_map, run[0].page_label))
+                                line_end, line_map, run[0].page_label, column))
     return chunks
 
 

@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
-from .fusion import FUSION_FIELDS, FUSION_FUNCTIONS, NORMALIZATIONS, fusion_problem  # noqa: F401 (re-exported)
+from .fusion import COLLAPSE_COPIES, FUSION_FIELDS, FUSION_FUNCTIONS, NORMALIZATIONS, fusion_problem  # noqa: F401 (re-exported)
 from .tokenizer import TOKENIZER_VERSION
 
 __all__ = [
@@ -130,8 +130,9 @@ class BaseSpec:
             keyword_weight)``; convex: of alpha) from features of the question needing no model
             (``metis_pg.routing``: identifiers, a quoted phrase, question words, absent words, a
             weak best BM25).
-        collapse_copies: in each leg, a chunk whose text is that of a chunk the leg ranked above it
-            (an option documented alike in many pages) takes no place: the dense leg keeps
+        collapse_copies: in each leg, the chunks of one text (an option documented alike in many
+            pages) take one place, the best-ranked copy's, held by a copy that still holds (a
+            replaced fact of a memory base gives way, SPEC F11), then the best-ranked: the dense leg keeps
             leg_limit distinct texts, the keyword leg the distinct texts of its top leg_limit
             (issue 20; ``sql/search/hybrid.sql``). Default on, as cross-validation chose
             (docs/quality.md); a spec stored before it reads off.
@@ -174,7 +175,7 @@ class BaseSpec:
     normalization: str = "minmax"
     alpha: float = 0.8
     routing: bool = False
-    collapse_copies: bool = True
+    collapse_copies: bool = COLLAPSE_COPIES
     field_weight: int = DEFAULT_FIELD_WEIGHT
     max_file_bytes: int = 20_000_000
     tokenizer_version: int = TOKENIZER_VERSION

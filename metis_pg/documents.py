@@ -11,6 +11,10 @@ Which document, and which part (:func:`parse_target`):
 - ``guide/leave.md``: the whole document;
 - ``guide/leave.md:12``: the chunk holding line 12 (the last chunk starting at or before it),
   the ``document:line`` a search result cites;
+- ``notes.txt:1:2401``: the chunk holding column 2401 of line 1, the ``document:line:column`` a
+  search result cites inside a line longer than a chunk (chunks that start inside a line an
+  earlier chunk holds have a column, :attr:`metis_pg.chunking.Chunk.column`; every other chunk
+  starts at column 1 of its line here, so ``notes.txt:1`` is the line's first chunk);
 - ``report.pdf p.3`` or ``report.pdf:p3``: the chunks of page 3 (``document p.N`` as cited, also
   ``document p.N (printed L)``);
 - ``guide/*.md``: every document whose path matches the glob (:mod:`fnmatch`; ``*`` crosses ``/``).
@@ -39,7 +43,7 @@ __all__ = [
     "parse_target", "list_sources", "list_documents", "get_documents", "get_chunk", "cut_utf8",
 ]
 
-_LINE = re.compile(r"^(?P<path>.+):(?P<line>\d+)$")
+_LINE = re.compile(r"^(?P<path>.+?):(?P<line>\d+)(?::(?P<column>\d+))?$")
 #: A page as cited: ``report.pdf p.3``, ``report.pdf:p3``; a citation of a page with a printed label,
 #: ``report.pdf p.19 (printed 16)``, is its page 19 (the label is said, not searched).
 _PAGE = re.compile(r"^(?P<path>.+?)(?: p\.|:p)(?P<page>\d+)(?: \(printed [^()]*\))?$")
@@ -48,12 +52,14 @@ _GLOB = re.compile(r"[*?\[]")
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What ``metis get`` was asked for: a path or a glob, and optionally a line or a page (1-based)."""
+    """What ``metis get`` was asked for: a path or a glob, and optionally a line (with a column) or a
+    page (1-based)."""
 
     path: str
     line: int | None = None
     page: int | None = None
     glob: bool = False
+    column: int | None = None
 
 
 def cut_utf8(text: str, max_bytes: int | None) -> str:
@@ -66,13 +72,15 @@ def cut_utf8(text: str, max_bytes: int | None) -> str:
 
 
 def parse_target(text: str, known: Sequence[str] = ()) -> Target:
-    """Return the target of ``DOCUMENT``, ``DOCUMENT:LINE``, ``DOCUMENT p.N`` / ``DOCUMENT:pN`` or a glob.
+    """Return the target of ``DOCUMENT``, ``DOCUMENT:LINE``, ``DOCUMENT:LINE:COLUMN``, ``DOCUMENT p.N`` /
+    ``DOCUMENT:pN`` or a glob.
 
     A text that is the path of a known document (`known`) is that document, even when it
-    ends like ``:12``.
+    ends like ``:12``; ``a:1:2`` is line 1, column 2 of ``a`` (line 2 of ``a:1`` when ``a:1`` is
+    known and ``a`` is not).
 
     Raises:
-        InvalidInput: empty text, or a line or page of 0.
+        InvalidInput: empty text, or a line, column or page of 0.
     """
     text = text.strip() if isinstance(text, str) else ""
     if not text:
@@ -83,11 +91,20 @@ def parse_target(text: str, known: Sequence[str] = ()) -> Target:
     if m and int(m["page"]) >= 1:
         return Target(m["path"], page=int(m["page"]), glob=bool(_GLOB.search(m["path"])))
     m = _LINE.match(text)
+    if m and m["column"] is not None and m["path"] not in known and f"{m['path']}:{m['line']}" in known:
+        return Target(f"{m['path']}:{m['line']}", line=_counted("lines", m["column"], text))
     if m:
-        if int(m["line"]) < 1:
-            raise InvalidInput(f"lines are counted from 1: {text!r}")
-        return Target(m["path"], line=int(m["line"]), glob=bool(_GLOB.search(m["path"])))
+        column = None if m["column"] is None else _counted("columns", m["column"], text)
+        return Target(m["path"], line=_counted("lines", m["line"], text), glob=bool(_GLOB.search(m["path"])),
+                      column=column)
     return Target(text, glob=bool(_GLOB.search(text)))
+
+
+def _counted(what: str, number: str, text: str) -> int:
+    """`number` as an int, refused when 0 (lines and columns are counted from 1)."""
+    if int(number) < 1:
+        raise InvalidInput(f"{what} are counted from 1: {text!r}")
+    return int(number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +163,8 @@ class DocumentChunk:
     """One chunk of a document read back: where it starts (line or page), its headings and text.
 
     ``line_end`` is the line where it ends (None for PDF, docx, and HTML chunks written before
-    schema revision 0009).
+    schema revision 0009); ``column`` the column where it starts when an earlier chunk holds text
+    of its first line (:attr:`metis_pg.chunking.Chunk.column`), else None.
     """
 
     chunk_id: int
@@ -156,6 +174,7 @@ class DocumentChunk:
     headings: tuple[str, ...]
     text: str
     line_end: int | None = None
+    column: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"chunk_id": self.chunk_id, "ordinal": self.ordinal}
@@ -163,6 +182,8 @@ class DocumentChunk:
             data["page"] = self.page
         elif self.line is not None:
             data["line"] = self.line
+            if self.column is not None:
+                data["column"] = self.column
         data["headings"] = list(self.headings)
         data["text"] = self.text
         return data
@@ -188,10 +209,13 @@ class DocumentText:
         return "\n\n".join(c.text for c in self.chunks)
 
     def location(self) -> str:
-        """The citation of what is shown: the document when whole, else ``document:line`` or ``document p.N``."""
+        """The citation of what is shown: the document when whole, else ``document:line`` (with
+        ``:column`` for a chunk that starts inside a line) or ``document p.N``."""
         first = self.chunks[0] if self.chunks and not self.whole else None
         if first is not None and first.page is not None:
             return f"{self.info.document} p.{first.page}"
+        if first is not None and first.line is not None and first.column is not None:
+            return f"{self.info.document}:{first.line}:{first.column}"
         if first is not None and first.line is not None:
             return f"{self.info.document}:{first.line}"
         return self.info.document
@@ -250,7 +274,9 @@ def get_documents(pool: ConnectionPool, base: storage.BaseRow, targets: Sequence
         raise InvalidInput("name at least one document")
     if any("\x00" in t for t in targets if isinstance(t, str)):
         raise InvalidInput("a document path holds no NUL character")
-    exact = _rows(pool, base, paths=[t.strip() for t in targets], source=source)
+    # Each target as a path, and without its last ``:N`` (``a:1:2`` may be line 2 of ``a:1``).
+    asked = [t.strip() for t in targets if isinstance(t, str)]
+    exact = _rows(pool, base, paths=asked + [t.rsplit(":", 1)[0] for t in asked if ":" in t], source=source)
     known = {d.document for d in exact}
     parsed = [parse_target(t, tuple(known)) for t in targets]
     needs_all = any(t.glob for t in parsed)
@@ -314,12 +340,13 @@ def _chunks_of(pool: ConnectionPool, base: storage.BaseRow, document_ids: set[in
     for r in rows:
         chunks.setdefault(r["document_id"], []).append(DocumentChunk(
             chunk_id=r["chunk_id"], ordinal=r["ordinal"], line=r["line"], page=r["page"],
-            headings=tuple(r["headings"]), text=r["text"], line_end=r["line_end"]))
+            headings=tuple(r["headings"]), text=r["text"], line_end=r["line_end"], column=r["col"]))
     return chunks
 
 
 def _part(chunks: list[DocumentChunk], t: Target) -> list[DocumentChunk] | None:
-    """The chunks `t` asks for: all, those of a page, or the one holding a line (None: none there)."""
+    """The chunks `t` asks for: all, those of a page, or the one holding a line (and column): the last
+    starting at or before it, a chunk without a column starting at column 1 (None: none there)."""
     if t.page is not None:
         return [c for c in chunks if c.page == t.page] or None
     if t.line is not None:
@@ -329,7 +356,8 @@ def _part(chunks: list[DocumentChunk], t: Target) -> list[DocumentChunk] | None:
         last = lined[-1]
         if last.line_end is not None and t.line > last.line_end:
             return None  # past the document's last indexed line: not its last chunk
-        before = [c for c in lined if c.line <= t.line]
+        asked = (t.line, t.column or 1)
+        before = [c for c in lined if (c.line, c.column or 1) <= asked]
         return [before[-1] if before else lined[0]]
     return chunks
 

@@ -29,12 +29,17 @@ from typing import Any
 
 from . import routing
 
-__all__ = ["Plan", "plan", "fuse", "Scored", "FUSION_FIELDS", "fusion_problem"]
+__all__ = ["Plan", "plan", "fuse", "Scored", "FUSION_FIELDS", "COLLAPSE_COPIES", "fusion_problem"]
 
 
 #: The fusion parameters of a base's spec that a search may override (``fusion=``).
 FUSION_FIELDS = ("fusion", "normalization", "alpha", "routing", "rrf_k", "dense_weight", "keyword_weight",
                  "collapse_copies")
+#: Whether copies of one text take one place in each leg when nothing says otherwise: the default
+#: of ``BaseSpec.collapse_copies`` and of :class:`Plan` (so of ``retrieval.run_search`` and
+#: ``retrieval.fuse_bases`` called without a plan). On, as cross-validation chose (issue 20,
+#: docs/quality.md); a spec stored before the setting existed reads off (``BaseSpec.from_json``).
+COLLAPSE_COPIES = True
 #: Fusion functions (``BaseSpec.fusion``) and the normalizations of ``convex``.
 FUSION_FUNCTIONS = ("rrf", "convex")
 NORMALIZATIONS = ("tmm", "minmax")
@@ -42,7 +47,7 @@ NORMALIZATIONS = ("tmm", "minmax")
 
 def fusion_problem(fusion: Any = "rrf", normalization: Any = "tmm", alpha: Any = 0.5, routing: Any = False,
                    rrf_k: Any = 60, dense_weight: Any = 1.0, keyword_weight: Any = 1.0,
-                   collapse_copies: Any = True) -> str | None:
+                   collapse_copies: Any = COLLAPSE_COPIES) -> str | None:
     """Return what is wrong with these fusion parameters, or None when they are valid.
 
     fusion: ``rrf`` or ``convex``; normalization: ``tmm`` or ``minmax``; alpha: a number from
@@ -81,8 +86,8 @@ class Plan:
     route_weak: float
     weak_ratio: float
     fired: tuple[str, ...]
-    #: In each leg, a chunk whose text is that of a chunk ranked above it takes no place.
-    collapse_copies: bool = False
+    #: In each leg, the chunks of one text take one place, held by a copy that still holds.
+    collapse_copies: bool = COLLAPSE_COPIES
 
     def params(self) -> dict[str, Any]:
         return {"fusion": self.fusion, "normalization": self.normalization, "rrf_k": self.rrf_k,
@@ -115,7 +120,7 @@ def plan(spec: Any, question: str, shifts: dict[str, float] | None = None) -> Pl
     return Plan(fusion=spec.fusion, normalization=spec.normalization, rrf_k=spec.rrf_k,
                 weight_sum=spec.dense_weight + spec.keyword_weight, dense_share=share, route_absent=absent,
                 route_weak=weak, weak_ratio=routing.WEAK_RATIO, fired=fired,
-                collapse_copies=bool(getattr(spec, "collapse_copies", False)))
+                collapse_copies=bool(spec.collapse_copies))
 
 
 #: A candidate for :func:`fuse`: (dense score, dense rank, keyword score, keyword rank, chunk_id).

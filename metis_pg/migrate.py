@@ -28,7 +28,7 @@ __all__ = ["SCHEMA_REVISION", "upgrade", "downgrade", "current_revision", "head_
            "check_revision"]
 
 #: The revision this code is written for: Alembic's head (tests/test_migrations.py checks it).
-SCHEMA_REVISION = "0024"
+SCHEMA_REVISION = "0025"
 
 
 def _migrations_dir() -> Path:

@@ -53,6 +53,9 @@ class Citation:
             number (page 19 printed "16"), else None.
         marks: the spans of `snippet` to mark, ``(start, end)`` in characters (code points, end
             excluded): the question's words that weigh in the base (:func:`metis_pg.snippets.marks`).
+        column: 1-based column (characters) of the snippet's sentence in `line`, when the passage
+            starts inside that line after another passage of it (a line longer than a chunk: md,
+            txt), else None; the citation is then ``document:line:column``.
     """
 
     source: str
@@ -72,6 +75,7 @@ class Citation:
     date: datetime | None = None
     marks: tuple[tuple[int, int], ...] = ()
     page_label: str | None = None
+    column: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -91,6 +95,8 @@ class Citation:
                 data["page_label"] = self.page_label
         elif self.line is not None:
             data["line"] = self.line
+            if self.column is not None:
+                data["column"] = self.column
             data["line_start"] = self.line if self.line_start is None else self.line_start
             data["line_end"] = self.line if self.line_end is None else self.line_end
         data["headings"] = list(self.headings)
@@ -99,11 +105,14 @@ class Citation:
         return data
 
     def location(self) -> str:
-        """Return ``document:line``, ``document p.N`` (``document p.19 (printed 16)`` when the page prints
-        another label) or the document alone (the cited line or page)."""
+        """Return ``document:line`` (``document:line:column`` inside a line cut between passages),
+        ``document p.N`` (``document p.19 (printed 16)`` when the page prints another label) or the
+        document alone (the cited line or page)."""
         if self.page is not None:
             printed = f" (printed {self.page_label})" if self.page_label is not None else ""
             return f"{self.document} p.{self.page}{printed}"
+        if self.line is not None and self.column is not None:
+            return f"{self.document}:{self.line}:{self.column}"
         if self.line is not None:
             return f"{self.document}:{self.line}"
         return self.document

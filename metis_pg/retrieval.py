@@ -20,7 +20,6 @@ from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
 from .chunking import embedding_text
-from .config import BaseSpec
 from .filters import Filters
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +69,7 @@ class Candidate:
     absent_share: float | None = None  # share of the question's words no chunk of the bases holds
     bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
     page_label: str | None = None  # the PDF page's printed label (chunking.Chunk.page_label)
+    column: int | None = None  # column of its start when it starts inside a line (chunking.Chunk.column)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +93,17 @@ COPIES_READ = 4
 
 
 def _first_copies(ranked: Sequence[Candidate]) -> list[Candidate]:
-    """`ranked` without the chunks whose text an earlier one has."""
-    seen: set[str] = set()
-    return [c for c in ranked if not (c.text in seen or seen.add(c.text))]
+    """`ranked` (best first) with one chunk per text, at the place of that text's best-ranked copy.
+
+    The copy kept is the first that still holds (``holds`` not False: a fact no newer fact
+    replaced, or a chunk that is no fact; SPEC F11), else the first: as the statement keeps them
+    (``sql/search/hybrid.sql``, CTEs ``dense`` and ``keyword``).
+    """
+    kept: dict[str, Candidate] = {}  # text -> its copy kept, in the order of the texts' best places
+    for c in ranked:
+        if c.text not in kept or (kept[c.text].holds is False and c.holds is not False):
+            kept[c.text] = c
+    return list(kept.values())
 
 
 def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_k: int, rrf_k: int = 60,
@@ -110,24 +118,25 @@ def fuse_bases(per_base: Sequence[Sequence[Candidate]], *, legs_top_k: int, top_
     (:func:`metis_pg.fusion.fuse`: rrf or convex over every candidate's complete scores, the
     dense share the first base's statement routed to), or without a plan by weighted RRF:
     sum of weight / (rrf_k + rank) (Cormack et al. 2009); ties by chunk_id. Returns the best
-    `top_k`. With the plan's ``collapse_copies``, a later copy of a text takes no place in a leg,
-    whichever base holds it, as in the statement.
+    `top_k`. With the plan's ``collapse_copies`` (without a plan,
+    :data:`metis_pg.fusion.COLLAPSE_COPIES`, as in :func:`run_search`), the copies of a text take one place in a leg,
+    whichever base holds them, held by the copy that still holds, as in the statement.
     """
+    if plan is None:
+        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
+                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
+                           route_weak=0.0, weak_ratio=0.0, fired=())
     limit = leg_limit(legs_top_k)
     every = [c for found in per_base for c in found]
     dense = sorted((c for c in every if c.dense_rank is not None), key=lambda c: (-c.dense, c.chunk_id))
     keyword = sorted((c for c in every if c.keyword_rank is not None), key=lambda c: (-c.keyword, c.chunk_id))
-    if plan is not None and plan.collapse_copies:
+    if plan.collapse_copies:
         dense, keyword = _first_copies(dense), _first_copies(keyword)
     dense, keyword = dense[:limit], keyword[:limit]
     dense_rank = {c.chunk_id: r for r, c in enumerate(dense, start=1)}
     keyword_rank = {c.chunk_id: r for r, c in enumerate(keyword, start=1)}
     kept = [c for c in every if c.chunk_id in dense_rank or c.chunk_id in keyword_rank]
     cands = [(c.dense, dense_rank.get(c.chunk_id), c.keyword, keyword_rank.get(c.chunk_id), c.chunk_id) for c in kept]
-    if plan is None:
-        plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
-                           dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
-                           route_weak=0.0, weak_ratio=0.0, fired=())
     share = next((c.share for c in kept if c.share is not None), plan.dense_share)
     scores = fusion.fuse(cands, plan.fusion, share, normalization=plan.normalization, rrf_k=plan.rrf_k,
                          weight_sum=plan.weight_sum)
@@ -330,18 +339,19 @@ def run_search(
     filters do (:mod:`metis_pg.query_syntax`). `statement`: another text to run instead of
     ``sql/search/hybrid.sql`` with the same parameters (benchmarks timing an earlier version,
     which may lack the columns of complete scores and routing). `collapse_copies` (None: the
-    plan's, without a plan :class:`~metis_pg.config.BaseSpec`'s default): in each leg, a chunk
-    whose text (``chunks.text``) is that of a chunk the leg ranked above it takes no place: the
+    plan's, without a plan :data:`metis_pg.fusion.COLLAPSE_COPIES`, as a base's default): in each leg, the chunks
+    of one text (``chunks.text``) take one place, the best-ranked copy's, held by a copy that still
+    holds (a replaced fact of a memory base gives way, SPEC F11), then the best-ranked: the
     dense leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many rows
-    for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are unchanged,
-    ranks count the chunks kept.
+    for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are the kept
+    copies' own, ranks count the chunks kept.
     """
-    if collapse_copies is None:
-        collapse_copies = plan.collapse_copies if plan is not None else BaseSpec().collapse_copies
     if plan is None:
         plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
                            dense_share=dense_weight / (dense_weight + keyword_weight), route_absent=0.0,
                            route_weak=0.0, weak_ratio=0.0, fired=())
+    if collapse_copies is None:
+        collapse_copies = plan.collapse_copies
     terms = list(terms)
     asked = list(terms)
     weights = None
@@ -386,7 +396,7 @@ def run_search(
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
             tags=tuple(r["tags"] or ()), author=r["author"], date=r["document_date"],
             share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
-            page_label=r.get("page_label"),
+            page_label=r.get("page_label"), column=r.get("col"),
         )
         for r in rows
     ]

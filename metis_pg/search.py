@@ -287,10 +287,6 @@ class SearchPipeline:
                 vectors[service] = self._embed_question(spec, request, warnings)
                 took["embed"] += (time.perf_counter() - t0) * 1000
             plan = fusion_functions.plan(spec, request.question)
-            if plan.collapse_copies and any(r.kind == "memory" for r in group):
-                # A fact restated word for word replaces its earlier copy: collapsing copies could keep
-                # only the replaced one, so a memory base's copies all keep their places (SPEC F11).
-                plan = dataclasses.replace(plan, collapse_copies=False)
             found, legs = self._search_group([r.base_id for r in group], spec, vectors.get(service), terms,
                                              fetch, request, plan, parsed)
             plans[group[0].name] = (plan, found[0] if found else None)

@@ -71,21 +71,27 @@ def citation(c: Candidate, question_terms: Sequence[str], weighing: frozenset[st
     page's number), and the chunk's range of lines (pages); the snippet's marks are the words of
     `weighing` (the question's terms that weigh in the candidate's base).
 
-    A chunk written before schema revision 0009 has no ``line_end``: its first line is cited.
+    A chunk written before schema revision 0009 has no ``line_end``: its first line is cited. A
+    chunk that starts inside a line an earlier chunk holds (``column``) cites the column of the
+    snippet's sentence while that sentence is on its first line.
     """
     shown, offset = snippet_at(c.text, question_terms)
+    column = None
     if c.page is not None or c.line is None:
         line = line_start = line_end = None
     elif c.line_end is None:
         line = line_start = line_end = c.line
     else:
         line, line_start, line_end = line_at(c.text, c.line, c.line_map, offset), c.line, c.line_end
+        if c.column is not None and "\n" not in c.text[:offset]:
+            column = c.column + offset
     return Citation(
         source=c.source, document=c.document, title=c.title, kind=c.kind, page=c.page,
         line=line, headings=c.headings, snippet=shown, line_start=line_start, line_end=line_end,
         page_start=c.page, page_end=c.page, tags=c.tags, author=c.author, date=c.date,
         marks=marks(shown, weighing),
         page_label=c.page_label if c.page is not None and c.page_label != str(c.page) else None,
+        column=column,
     )
 
 

@@ -59,11 +59,34 @@ def test_real_markdown_chunks_fit_the_size_and_point_at_their_source(chunk_size)
             # Inside one section, with its headings.
             inside = [s for s in doc.sections if s.char_start <= c.char_start and c.char_end <= s.char_start + len(s.text)]
             assert [s.headings for s in inside] == [c.headings]
+            # A column exactly when the chunk before ends on the line where this one starts.
+            shared = c.ordinal > 0 and chunks[c.ordinal - 1].line_end == c.line
+            assert c.column == (c.char_start - line_starts[c.line - 1] + 1 if shared else None)
             checked += 1
     assert checked > 100
 
 
 # --- packing and cutting ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, indent", [("long.txt", ""), ("long.md", "    "), ("crlf.txt", "  ")])
+def test_chunks_of_a_line_longer_than_a_chunk_have_the_column_where_they_start(tmp_path, name, indent):
+    """A file of one long line gave chunks that all start on line 1, cited alike (`long.txt:1`): each
+    chunk after the first has the 1-based column where it starts in that line (exact: the indent
+    counts, a CRLF file's columns are those of its lines)."""
+    words = " ".join(f"word{i:04d}" for i in range(1500))  # 13,499 characters
+    newline = "\r\n" if name.startswith("crlf") else "\n"
+    doc = read(tmp_path, name, f"Title line{newline}{newline}{indent}{words}{newline}{newline}A short last line.{newline}")
+
+    chunks = chunk_document(doc, chunk_size=1200)
+
+    long_line = [c for c in chunks if c.line == 3]
+    assert len(long_line) >= 11
+    assert long_line[0].column is None and all(c.column is not None for c in long_line[1:])
+    for c in long_line[1:]:
+        assert c.column == len(indent) + 1 + words.index(c.text[:8])  # its first word's column in the line
+    assert len({(c.line, c.column) for c in chunks}) == len(chunks)  # every chunk cited apart
+    assert [c.column for c in chunks if c.line != 3] == [None] * (len(chunks) - len(long_line))
 
 
 def test_paragraphs_are_packed_greedily_up_to_the_size(tmp_path):

@@ -226,6 +226,52 @@ def test_get_a_line_of_a_path_two_sources_hold_reads_the_one_that_has_it(dsn, in
     assert doc["source"] == "other" and "line 30 of the other" in doc["text"]
 
 
+def test_a_line_longer_than_a_chunk_is_cited_and_read_back_by_column(dsn, metis, base_name, tmp_path):
+    """A text file of one 20,000-character line is 17 chunks that all start on line 1: each was cited
+    `long.txt:1` and `metis get long.txt:1` gave the last. A chunk starting inside the line is cited
+    `long.txt:1:COLUMN`, and get gives that chunk; `long.txt:1` is the line's first chunk."""
+    import hash_embedder
+
+    words = [f"w{i:05d}" for i in range(2857)]
+    words[2000] = "zanzibar"  # one word only one chunk, far into the line
+    line = " ".join(words)
+    folder = tmp_path / "one-line"
+    folder.mkdir()
+    (folder / "long.txt").write_text(line, encoding="utf-8")
+    (folder / "short.md").write_text("# Short\n\nA normal file about zanzibar.\n", encoding="utf-8")
+    with hash_embedder.serve() as url:
+        metis.create_base(base_name, embedding_model=hash_embedder.MODEL, embedding_url=url,
+                          embedding_dim=hash_embedder.DIM)
+        assert run_cli("index", str(folder), "--base", base_name, "--dsn", dsn).code == 0
+
+    whole = run_cli("get", base_name, "long.txt", "--json", "--dsn", dsn).json()[0]
+    chunks = whole["chunks"]
+    assert len(chunks) >= 17 and {c["line"] for c in chunks} == {1}
+    assert "column" not in chunks[0] and [c["column"] for c in chunks[1:]] == [
+        line.index(c["text"][:6]) + 1 for c in chunks[1:]]
+
+    found = run_cli("search", base_name, "zanzibar", "--mode", "keyword", "--json", "--dsn", dsn).json()["results"]
+    cited = {r["citation"]["document"]: r["citation"] for r in found}
+    column = cited["long.txt"]["column"]  # where the snippet starts: at or before the word, in its chunk
+    assert cited["long.txt"]["line"] == 1 and line.index("zanzibar") - 240 < column <= line.index("zanzibar") + 1
+    assert line[column - 1:].startswith(cited["long.txt"]["snippet"].lstrip("…").split()[0])
+    assert "column" not in cited["short.md"]  # a normal file is cited as before
+    shown = run_cli("search", base_name, "zanzibar", "--mode", "keyword", "--dsn", dsn)
+    assert f"long.txt:1:{column} · " in shown.stdout and "short.md:3 · " in shown.stdout
+
+    at = run_cli("get", base_name, f"long.txt:1:{column}", "--json", "--dsn", dsn)
+    assert at.code == 0, at.stderr
+    [part] = at.json()
+    assert "zanzibar" in part["text"] and len(part["chunks"]) == 1
+    assert part["citation"] == f"long.txt:1:{part['chunks'][0]['column']}"
+    first = run_cli("get", base_name, "long.txt:1", "--json", "--dsn", dsn).json()[0]
+    assert first["chunks"] == chunks[:1] and first["citation"] == "long.txt:1"
+    for c in chunks[1:]:  # every chunk's own citation reads it back
+        assert run_cli("get", base_name, f"long.txt:1:{c['column']}", "--json", "--dsn", dsn).json()[0]["chunks"] == [c]
+    zero = run_cli("get", base_name, "long.txt:1:0", "--dsn", dsn)
+    assert zero.code != 0 and "columns are counted from 1" in zero.stderr
+
+
 # -- output formats, --min-score, questions with no word ---------------------------------
 
 

@@ -168,3 +168,33 @@ def test_a_base_made_before_keeps_its_copies_and_create_takes_the_setting(metis,
         BaseSpec(collapse_copies="yes")
     with pytest.raises(InvalidInput, match="collapse_copies must be true or false"):
         metis.search(base_name, "anything", mode="keyword", fusion={"collapse_copies": "no"})
+
+
+def test_without_a_plan_a_statement_per_base_fuses_as_one_statement_over_both(metis, kb, base_name, tmp_path):
+    """``run_search`` and ``fuse_bases`` called without a plan (as benchmarks/search_latency.py and
+    citus_scaling.py compare them) take one default of collapse_copies, fusion.COLLAPSE_COPIES, the
+    base spec's: with copies of a text in both bases, the per-base statements fused in Python answer
+    what one statement over both does, each text once. (Before, run_search read BaseSpec()'s default,
+    on, and fuse_bases fell back to Plan's, off: fused per base, the option came twice.)"""
+    root = write_corpus(tmp_path / "other", {
+        "npm-other.md": f"# npm-other\n\n## install-links\n\n{SHARED['install-links']}\n",
+        "misc.md": "# Misc\n\nThe registry cache keeps every tarball.\n"})
+    with hash_embedder.serve() as url:
+        metis.create_base(base_name, embedding_model=hash_embedder.MODEL, embedding_url=url,
+                          embedding_dim=hash_embedder.DIM)
+        assert metis.index(base_name, root).chunks_without_vector == 0
+    question, top_k = QUESTIONS[0], 6
+    with metis.pool.connection() as conn:
+        other = storage.get_base(conn, base_name)
+        asked = dict(model=f"{hash_embedder.MODEL}:{hash_embedder.DIM}",
+                     query_embedding=hash_embedder.HashEmbedder().embed_queries([question])[0],
+                     terms=query_terms(question), filters=retrieval.Filters())
+        one, _ = retrieval.run_search(conn, base_ids=[kb.row.base_id, other.base_id], top_k=top_k, **asked)
+        per_base = [retrieval.run_search(conn, base_ids=[base_id], top_k=2 * retrieval.leg_limit(top_k),
+                                         legs_top_k=top_k, **asked)[0]
+                    for base_id in (kb.row.base_id, other.base_id)]
+    fused = retrieval.fuse_bases(per_base, legs_top_k=top_k, top_k=top_k)
+    assert [(c.chunk_id, c.dense_rank, c.keyword_rank) for c in fused] == \
+        [(c.chunk_id, c.dense_rank, c.keyword_rank) for c in one]
+    assert _copies_in([c.text for c in fused]) <= 2  # at most once per leg
+    assert [c.fused for c in fused] == pytest.approx([c.fused for c in one], abs=1e-12)

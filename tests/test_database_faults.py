@@ -513,7 +513,10 @@ def test_an_embedded_server_that_cannot_start_names_the_cause(tiny_disk):
     assert time.monotonic() - started < 60
 
 
-def test_metis_serve_stops_the_embedded_server_on_sigterm(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_metis_serve_stops_the_embedded_server_on_sigterm(tmp_path, signum):
+    # SIGHUP (its terminal closed) stops it as SIGTERM does; it used to end it at once, exit 129,
+    # with no shutdown and the postmaster left running (found by the tester, 2026-12-05).
     home, port = tmp_path / "home", free_port()
     env = {**os.environ, "METIS_HOME": str(home), "PYTHONPATH": str(ROOT)}
     env.pop("METIS_DATABASE_URL", None)
@@ -531,12 +534,40 @@ def test_metis_serve_stops_the_embedded_server_on_sigterm(tmp_path):
         postmaster = postmaster_pid(home / "pgdata")
         assert psutil.pid_exists(postmaster)
 
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         output = proc.communicate(timeout=60)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode in (0, 143, -signal.SIGTERM), output
+    assert "Application shutdown complete" in output, output
+    deadline = time.monotonic() + 20
+    while psutil.pid_exists(postmaster) and psutil.Process(postmaster).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"the postmaster {postmaster} was left running:\n{output}"
+        time.sleep(0.1)
+
+
+def test_a_process_of_the_embedded_server_that_hangs_up_stops_it(tmp_path):
+    # A metis process (here a script holding a connection, as `metis index` does) whose terminal
+    # closes gets SIGHUP: it exits through its exit handlers (129), which stop the server it was the
+    # last user of. It used to die at once and leave the postmaster running (tester, 2026-12-05).
+    home = tmp_path / "home"
+    env = {**os.environ, "METIS_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    env.pop("METIS_DATABASE_URL", None)
+    script = ("import sys, time, metis_pg; m = metis_pg.connect(); print('ready', flush=True); "
+              "time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.communicate(timeout=60)[0]
+        postmaster = postmaster_pid(home / "pgdata")
+        assert psutil.pid_exists(postmaster)
+        proc.send_signal(signal.SIGHUP)
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP, output
     deadline = time.monotonic() + 20
     while psutil.pid_exists(postmaster) and psutil.Process(postmaster).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, f"the postmaster {postmaster} was left running:\n{output}"

@@ -8,6 +8,10 @@ on; migration 0021 labels it PARALLEL RESTRICTED. These tests plan the very stat
 check the dense leg's scan is a parallel one; then run it so, on behalf of a group, and check the
 dense leg is still the exact cosine top 50 over the chunks that group may read. Last, that on behalf
 of a group no SubPlan of the statement reads the documents (the policies of migration 0024).
+
+Then what the dense leg does besides its distances: with copies collapsed it gives a text to its best
+leg_limit rows only when they hold no copy, and its scan compares no model name while the bases hold
+vectors of one model; a base midway through a switch of model still ranks each model's vectors only.
 """
 
 from __future__ import annotations
@@ -177,3 +181,168 @@ def test_the_policies_read_no_documents_per_reference_on_behalf_of_a_group(metis
     assert _subplans_reading(plan, "documents") == []
     # The policies are still there: the rows read are filtered by their own readers.
     assert "(readers && (InitPlan" in str(plan)
+
+
+# -- What the dense leg does besides its distances (issue 24) ------------------------------------------
+
+OTHER_MODEL = "parallel-other:384"
+
+
+def _explained(conn, statement: str, params: dict) -> dict:
+    return conn.execute("EXPLAIN (ANALYZE, COSTS OFF, FORMAT JSON) " + statement, params).fetchone()[0][0]["Plan"]
+
+
+def _nodes(node: dict):
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _statement_of(metis, base_id: int, query: np.ndarray, model: str = MODEL, **kwargs) -> tuple[str, dict, list]:
+    """run_search's own statement and parameters for a dense search of `base_id`, and what it found."""
+    seen: list = []
+    with metis.pool.connection() as conn:
+        found, _ = retrieval.run_search(_Capturing(conn, seen), base_ids=[base_id], model=model, query_embedding=query,
+                                        terms=[], top_k=10, filters=retrieval.Filters(), **kwargs)
+    statement, params = next((q, p) for q, p in seen if isinstance(q, str) and "dense AS MATERIALIZED" in q)
+    return statement, params, found
+
+
+def _exact(vectors: dict[int, np.ndarray], query: np.ndarray) -> list[int]:
+    ids = np.array(sorted(vectors))
+    matrix = np.array([vectors[c] for c in ids])
+    q = query.astype(np.float16).astype(np.float64)
+    cosine = matrix @ q / np.linalg.norm(matrix, axis=1) / np.linalg.norm(q)
+    return ids[np.lexsort((ids, -cosine))].tolist()
+
+
+def test_the_texts_of_the_dense_leg_are_looked_up_for_its_best_rows_only_when_they_hold_no_copy(metis, base):
+    # With copies collapsed the leg reads COPIES_READ x leg_limit rows (200); it used to look up the
+    # text of all 200 (a primary-key lookup each). Its best leg_limit rows hold no copy here (every
+    # text differs), so they are the leg as it is: only their 50 texts are read. test_copies checks
+    # the leg when the best rows do hold copies.
+    base_id, vectors, _ = base
+    query = np.random.default_rng(8).standard_normal(DIM).astype(np.float32)
+    query /= np.linalg.norm(query)
+    statement, params, found = _statement_of(metis, base_id, query)
+    assert params["collapse_copies"] and params["leg_read"] == retrieval.COPIES_READ * params["leg_limit"]
+    with metis.pool.connection() as conn:
+        plan = _explained(conn, statement, params)
+    # The rows of the scan the leg joins with their chunks' texts (in dense_head, and in dense).
+    legs = [n for n in plan.get("Plans", []) if n.get("Subplan Name") in ("CTE dense_head", "CTE dense")]
+    assert legs
+    with_text = sum(n["Actual Rows"] * n["Actual Loops"] for leg in legs for n in _nodes(leg)
+                    if n["Node Type"] == "CTE Scan" and n.get("CTE Name") == "dense_read")
+    assert with_text == params["leg_limit"], with_text
+    ranked = sorted((c.dense_rank, c.chunk_id) for c in found)
+    assert [c for _, c in ranked] == _exact(vectors, query)[:10]
+
+
+def test_the_dense_scan_compares_no_model_name_while_the_bases_hold_vectors_of_one_model(metis, base):
+    # Every row's model was compared with the question's (a text comparison, about a tenth of the scan);
+    # it is now compared only when the bases hold vectors of another model too (an InitPlan first).
+    base_id, _, _ = base
+    query = np.random.default_rng(9).standard_normal(DIM).astype(np.float32)
+    statement, params, _ = _statement_of(metis, base_id, query)
+    with metis.pool.connection() as conn:
+        plan = _explained(conn, statement, params)
+    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "embeddings" and "Seq Scan" in n["Node Type"]]
+    assert len(scans) == 1
+    assert scans[0]["Filter"].startswith("((base_id = ANY") and "(InitPlan" in scans[0]["Filter"], scans[0]["Filter"]
+    assert ".col1 OR (model = " in scans[0]["Filter"], scans[0]["Filter"]
+
+
+@pytest.fixture(scope="module")
+def two_models(metis: metis_pg.Metis):
+    """A base midway through a switch of model: every chunk has a MODEL vector, half of them an
+    OTHER_MODEL one too; yields (base_id, {chunk_id: MODEL vector}, {chunk_id: OTHER_MODEL vector})."""
+    name = f"t-two-{uuid.uuid4().hex[:8]}"
+    rng = np.random.default_rng(25)
+    metis.create_base(name)
+    first: dict[int, np.ndarray] = {}
+    other: dict[int, np.ndarray] = {}
+    with metis.pool.connection() as conn:
+        row = storage.get_base(conn, name)
+        source = storage.ensure_source(conn, row.base_id, "open", "/open")
+        for d in range(120):
+            v = rng.standard_normal(DIM).astype(np.float32)
+            v /= np.linalg.norm(v)
+            text = f"page {d}"
+            chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1, char_start=0,
+                          char_end=len(text))
+            doc_id = storage.write_document(conn, base_id=row.base_id, source_id=source,
+                                            meta=storage.DocumentMeta(f"p{d}.txt", "", "txt", str(d), len(text)),
+                                            chunks=[chunk], vectors=[v], model=MODEL)
+            chunk_id = conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]
+            first[chunk_id] = v.astype(np.float16).astype(np.float64)
+            if d % 2:
+                w = rng.standard_normal(DIM).astype(np.float32)
+                w /= np.linalg.norm(w)
+                with conn.cursor() as cur:
+                    storage.vectors.copy_vectors(cur, row.base_id, OTHER_MODEL, [(chunk_id, doc_id, w, None)])
+                other[chunk_id] = w.astype(np.float16).astype(np.float64)
+    yield row.base_id, first, other
+    metis.drop_base(name)
+
+
+@pytest.mark.parametrize("which", ["first", "other"])
+def test_a_base_holding_two_models_ranks_each_models_vectors_only(metis, two_models, which):
+    base_id, first, other = two_models
+    vectors, model = (first, MODEL) if which == "first" else (other, OTHER_MODEL)
+    query = np.random.default_rng(10).standard_normal(DIM).astype(np.float32)
+    query /= np.linalg.norm(query)
+    seen: list = []
+    with metis.pool.connection() as conn:
+        for setting, value in PARALLEL_FREE.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (setting, value))
+        found, _ = retrieval.run_search(_Capturing(conn, seen), base_ids=[base_id], model=model,
+                                        query_embedding=query, terms=[], top_k=50, filters=retrieval.Filters())
+    ranked = sorted((c.dense_rank, c.chunk_id) for c in found)
+    assert [c for _, c in ranked] == _exact(vectors, query)[:50]
+    assert all(abs(c.dense - float(vectors[c.chunk_id] @ query.astype(np.float16).astype(np.float64)
+                                   / np.linalg.norm(vectors[c.chunk_id])
+                                   / np.linalg.norm(query.astype(np.float16).astype(np.float64)))) < 1e-3
+               for c in found)
+
+
+def test_a_replaced_fact_in_the_best_rows_gives_its_place_to_a_holding_copy_past_them(metis):
+    # The best leg_limit rows hold no two copies of one text, but one of them is a replaced fact whose
+    # text a holding fact repeats far down the list (rank 120 of 120): the holding copy takes the
+    # replaced one's place (sql/search/hybrid.sql, SPEC F11), so the rows past the head are read.
+    name = f"t-held-{uuid.uuid4().hex[:8]}"
+    rng = np.random.default_rng(26)
+    query = rng.standard_normal(DIM).astype(np.float32)
+    query /= np.linalg.norm(query)
+    metis.create_base(name)
+    try:
+        vectors: dict[int, np.ndarray] = {}
+        docs: dict[int, int] = {}  # d -> chunk id
+        documents: dict[int, int] = {}  # d -> document id
+        with metis.pool.connection() as conn:
+            row = storage.get_base(conn, name)
+            source = storage.ensure_source(conn, row.base_id, "open", "/open")
+            for d in range(120):
+                v = rng.standard_normal(DIM).astype(np.float32)
+                if d in (0, 1):  # the replaced fact nearest the question, its holding copy farthest
+                    v = query.copy() if d == 0 else -query
+                v /= np.linalg.norm(v)
+                text = "the weekly meeting is on Tuesday" if d in (0, 1) else f"note {d}"
+                chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1, char_start=0,
+                              char_end=len(text))
+                doc_id = storage.write_document(conn, base_id=row.base_id, source_id=source,
+                                                meta=storage.DocumentMeta(f"n{d}.txt", "", "txt", str(d), len(text)),
+                                                chunks=[chunk], vectors=[v], model=MODEL)
+                chunk_id = conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]
+                vectors[chunk_id], docs[d], documents[d] = v.astype(np.float16).astype(np.float64), chunk_id, doc_id
+            for d, replaced_by in ((0, documents[1]), (1, None)):
+                conn.execute("INSERT INTO facts (document_id, base_id, key, superseded_by) VALUES (%s, %s, 'day', %s)",
+                             (documents[d], row.base_id, replaced_by))
+        with metis.pool.connection() as conn:
+            found, _ = retrieval.run_search(conn, base_ids=[row.base_id], model=MODEL, query_embedding=query, terms=[],
+                                            top_k=100, legs_top_k=10, filters=retrieval.Filters())
+        ranked = [c.chunk_id for c in sorted(found, key=lambda c: c.dense_rank)]
+        others = [c for c in _exact(vectors, query) if c not in (docs[0], docs[1])]
+        assert ranked == [docs[1]] + others[:49]
+        assert next(c.dense for c in found if c.chunk_id == docs[1]) < -0.99  # its own score
+    finally:
+        metis.drop_base(name)

@@ -126,6 +126,39 @@ def test_a_server_of_your_own_stops_at_database_max_bytes(dsn, model, tmp_path):
         metis.close()
 
 
+def test_a_run_stopped_by_disk_full_is_not_a_finished_run(dsn, model, tmp_path):
+    # Found by the tester (2026-12-05): a first run stopped by DISK_FULL before its first document
+    # stamped last_indexed_at, so `metis status` said "last indexed <now>" and every search warned
+    # NO_READABLE_DOCUMENT "the sources hold no document it reads" of 1,167 HTML files.
+    own_dsn = dsn + ("&" if "?" in dsn else "?") + "application_name=own-server"
+    roomy = metis_pg.Metis(own_dsn)
+    with psycopg.connect(own_dsn) as conn:
+        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+    full = metis_pg.Metis(own_dsn, settings=Settings(database_max_bytes=size))
+    first, kept = f"first-{random.randrange(10**9)}", f"kept-{random.randrange(10**9)}"
+    try:
+        for base in (first, kept):
+            roomy.create_base(base, embedding_model="test-embed", embedding_url=model.url, embedding_dim=DIM)
+        with pytest.raises(DiskFull):
+            full.index(first, documents(tmp_path / "kb", 3))
+        info = roomy.base(first)
+        assert info.chunks == 0 and info.last_indexed_at is None
+        answer = roomy.search([first], "harbour lantern", mode="keyword")
+        assert [w.code for w in answer.warnings] == ["NOTHING_INDEXED"], answer.warnings
+        # A base indexed before keeps the time of its last finished run.
+        roomy.index(kept, documents(tmp_path / "small", 1))
+        finished = roomy.base(kept).last_indexed_at
+        assert finished is not None
+        with pytest.raises(DiskFull):
+            full.index(kept, documents(tmp_path / "more", 3))
+        assert roomy.base(kept).last_indexed_at == finished
+    finally:
+        for base in (first, kept):
+            roomy.drop_base(base)
+        full.close()
+        roomy.close()
+
+
 def test_a_tablespace_on_a_small_disk_is_watched_too(model, tmp_path):
     """Tables and indexes moved to a tablespace on a small disk (the WAL stays in the data folder):
     the check measures that disk too. Measured before: `could not extend file "pg_tblspc/…"`, the run

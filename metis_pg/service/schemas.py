@@ -97,7 +97,7 @@ class FusionIn(_Body):
     routing: StrictBool | None = Field(
         None, description=f"shift the dense share per question from its features; default the base's ({_SPEC.routing})")
     collapse_copies: StrictBool | None = Field(
-        None, description="in each leg, a chunk whose text a chunk ranked above it has takes no place; "
+        None, description="in each leg, the chunks of one text take one place (a copy that still holds); "
                           f"default the base's ({_SPEC.collapse_copies} unless set at creation)")
 
     rrf_k: RrfK | None = Field(
@@ -232,6 +232,9 @@ class CitationOut(BaseModel):
         "the page's printed label when the PDF has page labels and it differs from the page's number (page 19 "
         "printed \"16\"); absent otherwise"))
     line: int | None = Field(None, description="line where the snippet's sentence starts (absent for PDF, docx)")
+    column: int | None = Field(None, description=(
+        "column (characters, from 1) of the snippet's sentence in line, when the passage starts inside a line "
+        "that an earlier passage also holds (a line longer than a chunk); absent otherwise"))
     line_start: int | None = Field(None, description="first line of the passage (with line)")
     line_end: int | None = Field(None, description="last line of the passage (with line)")
     headings: list[str]

@@ -128,9 +128,17 @@ def _no_delay(transport: asyncio.Transport) -> None:
 
 
 def service_log_config(level: str = "info") -> dict[str, Any]:
-    """Return uvicorn's logging configuration plus the ``metis_pg`` loggers at `level`, on uvicorn's handler."""
+    """Return uvicorn's logging configuration plus the ``metis_pg`` loggers at `level`, on uvicorn's handler.
+
+    Every other library's warnings (``psycopg.pool``: "discarding closed connection", ...) go to the
+    same handler, one line each, through the root logger at WARNING. With no root handler the MCP
+    SDK's ``MCPServer`` (the app's ``/mcp``) gave the root logger a ``rich`` handler at INFO
+    (``logging.basicConfig``): those lines came out in another format, wrapped over several lines
+    of 80 columns padded with spaces.
+    """
     config = copy.deepcopy(LOGGING_CONFIG)
     config["loggers"]["metis_pg"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    config["root"] = {"handlers": ["default"], "level": "WARNING"}
     return config
 
 
@@ -191,14 +199,36 @@ def serve(
                  limits.max_inflight_searches, limits.max_connections)
         watcher = _start_watcher(metis) if watch else None
         try:
-            uvicorn.Server(uvicorn_config(app, logging_config=logging_config, host=host, port=port,
-                                          log_level=log_level)).run()
+            server = uvicorn.Server(uvicorn_config(app, logging_config=logging_config, host=host, port=port,
+                                                   log_level=log_level))
+            with _hangup_stops(server):
+                server.run()
         finally:
             if watcher is not None:
                 watcher[0].stop()
                 watcher[1].join(timeout=30)
     finally:
         metis.close()
+
+
+@contextmanager
+def _hangup_stops(server: "uvicorn.Server") -> Iterator[None]:
+    """While `server` runs, SIGHUP (the terminal of ``metis serve`` closed, ``kill -HUP``) stops it
+    as SIGTERM does: requests in flight answered, the database closed, the embedded server stopped.
+
+    uvicorn handles SIGINT and SIGTERM only: a SIGHUP ended the process at once (exit 129), the
+    embedded postmaster left running and the pending search counts lost.
+    """
+    import signal
+
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, lambda _sig, frame: server.handle_exit(signal.SIGTERM, frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def open_for_serving(dsn: str | None, settings: Settings | None = None) -> Metis:

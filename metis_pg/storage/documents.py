@@ -33,7 +33,7 @@ __all__ = [
 _COPY_DOCUMENTS = ("COPY documents (document_id, base_id, source_id, path, title, kind, content_hash, size_bytes,"
                    " tags, author, category, date, modified_at, language, meta) FROM STDIN")
 _COPY_CHUNKS = ("COPY chunks (chunk_id, base_id, document_id, ordinal, text, title, headings, page, line,"
-                " char_start, char_end, term_count, line_end, line_map, page_label) FROM STDIN")
+                " char_start, char_end, term_count, line_end, line_map, page_label, col) FROM STDIN")
 
 #: Milliseconds a write transaction's statements may take per chunk written, on top of
 #: ``statement_timeout``: measured 5.5 ms per chunk for a 2,000-chunk document at load 6 on
@@ -186,7 +186,7 @@ def write_documents(
                         copy.write_row((
                             chunk_id, base_id, document_id, chunk.ordinal, chunk.text, chunk.title,
                             list(chunk.headings), chunk.page, chunk.line, chunk.char_start, chunk.char_end,
-                            len(terms), chunk.line_end, list(chunk.line_map) or None, chunk.page_label,
+                            len(terms), chunk.line_end, list(chunk.line_map) or None, chunk.page_label, chunk.column,
                         ))
             if postings is not None:  # the k-th chunk's id is in the (k // BLOCK_CHUNKS)-th block drawn
                 first_ids = [chunk_id for ids in placed for chunk_id in ids][::BLOCK_CHUNKS]

@@ -25,9 +25,10 @@
 --   %(route_weak)s      float8   added to the share when the best BM25 is below %(weak_ratio)s of its bound
 --   %(weak_ratio)s      float8   see route_weak
 --   %(leg_limit)s       int      rows kept by each leg: max(50, 4 * top_k)
---   %(collapse_copies)s boolean  in each leg, a chunk whose text (chunks.text) is that of a chunk the leg
---                                ranked above it takes no place (issue 20: copies of one text, such as an
---                                option documented alike in many pages, crowd a leg's list)
+--   %(collapse_copies)s boolean  in each leg, the chunks of one text (chunks.text) take one place, held by
+--                                the copy that still holds (SPEC F11), then the best-ranked (issue 20:
+--                                copies of one text, such as an option documented alike in many pages,
+--                                crowd a leg's list)
 --   %(leg_read)s        int      rows the dense leg reads before copies are dropped: leg_limit, or
 --                                leg_limit * metis_pg.retrieval.COPIES_READ with collapse_copies (the
 --                                keyword leg drops them from its exact top leg_limit: reading more
@@ -73,8 +74,9 @@
 --             (max - inf) with the theoretical inf (cosine -1, BM25 0); a missing score is 0.
 --
 -- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
--- citation columns, holds (NULL unless the chunk is a fact of a memory base, SPEC F11:
--- true while no newer fact replaced it), the routing figures (share: the dense share used;
+-- citation columns (col: the chunk's column when it starts inside a line an earlier chunk holds),
+-- holds (NULL unless the chunk is a fact of a memory base, SPEC F11: true while no newer fact
+-- replaced it), the routing figures (share: the dense share used;
 -- absent_share; bm25_ratio: best BM25 / its bound, the sum of idf * (k1 + 1) * weight), and four
 -- timestamps (started_at, dense_done_at, keyword_done_at, finished_at) from which the caller
 -- derives the time each step took: each leg is MATERIALIZED, so they run one after the other and
@@ -134,7 +136,15 @@ dense_read AS MATERIALIZED (
             FROM embeddings AS e
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
               AND e.base_id = ANY(%(base_ids)s::int[])
-              AND e.model = %(model)s::text
+              -- The model's name is compared row by row only when the bases hold vectors of another
+              -- model too (a switch of model under way): two probes of ix_embeddings_base_model, run
+              -- once (an InitPlan) before the scan; comparing the text of every row costs about a
+              -- tenth of it.
+              AND ((SELECT NOT EXISTS (SELECT 1 FROM embeddings AS o
+                                       WHERE o.base_id = ANY(%(base_ids)s::int[]) AND o.model < %(model)s::text)
+                       AND NOT EXISTS (SELECT 1 FROM embeddings AS o
+                                       WHERE o.base_id = ANY(%(base_ids)s::int[]) AND o.model > %(model)s::text))
+                   OR e.model = %(model)s::text)
               AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
               AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
             UNION ALL
@@ -153,26 +163,58 @@ dense_read AS MATERIALIZED (
         LIMIT %(leg_read)s
     ) AS nearest
 ),
--- Copies of one text (issue 20): with collapse_copies, a chunk whose text is that of a chunk the
--- leg ranked above it takes no place in the leg. The dense leg read leg_read = COPIES_READ *
--- leg_limit rows, so it keeps leg_limit distinct texts (fewer only when more of those rows are
--- copies); the keyword leg keeps the distinct texts of its top leg_limit. Off, leg_read = leg_limit
--- and no text is looked up. Scores are unchanged; ranks count the kept chunks.
+-- Copies of one text (issue 20): with collapse_copies, the chunks of one text (chunks.text) take one
+-- place in the leg, the place of the best-ranked of them. The copy kept is one that still holds (a
+-- fact of a memory base that no newer fact replaced, or any chunk that is not a fact: SPEC F11),
+-- then the best-ranked: a fact that changes back (Tuesday, Thursday, Tuesday) repeats a replaced
+-- fact word for word, and the copy that holds answers in the replaced one's place. The dense leg
+-- read leg_read = COPIES_READ * leg_limit rows, so it keeps leg_limit distinct texts (fewer only
+-- when more of those rows are copies); the keyword leg keeps the distinct texts of its top
+-- leg_limit. Off, leg_read = leg_limit and no text is looked up. Scores are the kept copy's own;
+-- ranks count the kept chunks, in the order of their places.
+-- The dense leg gives a text to its best leg_limit rows first (dense_head), and to the rows past
+-- them only when the head holds two copies of one text or a replaced fact: otherwise no row past it
+-- can take a place in the leg, and the head is the leg as it is.
+dense_head AS MATERIALIZED (
+    SELECT r.chunk_id, r.score, r.rank, copy.text, copy.replaced
+    FROM dense_read AS r
+    LEFT JOIN LATERAL (
+        SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+        FROM chunks AS c
+        LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                             AND fa.document_id = c.document_id
+        WHERE %(collapse_copies)s::boolean
+          AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+    ) AS copy ON true
+    WHERE r.rank <= %(leg_limit)s
+),
 dense AS MATERIALIZED (
-    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
+    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.place, kept.rank) AS rank,
+           clock_timestamp() AS done_at
     FROM (
-        SELECT r.chunk_id, r.score, r.rank,
-               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
-                                  ORDER BY r.rank) AS copy_no
-        FROM dense_read AS r
-        LEFT JOIN LATERAL (
-            SELECT c.text FROM chunks AS c
-            WHERE %(collapse_copies)s::boolean
-              AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
-        ) AS copy ON true
+        SELECT t.chunk_id, t.score, t.rank,
+               min(t.rank) OVER copies AS place,
+               row_number() OVER (copies ORDER BY t.replaced, t.rank) AS copy_no
+        FROM (
+            SELECT h.chunk_id, h.score, h.rank, h.text, h.replaced FROM dense_head AS h
+            UNION ALL
+            SELECT r.chunk_id, r.score, r.rank, copy.text, copy.replaced
+            FROM dense_read AS r
+            LEFT JOIN LATERAL (
+                SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+                FROM chunks AS c
+                LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                                     AND fa.document_id = c.document_id
+                WHERE c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
+            ) AS copy ON true
+            WHERE r.rank > %(leg_limit)s
+              AND (SELECT count(DISTINCT h.text) < count(h.text) OR coalesce(bool_or(h.replaced), false)
+                   FROM dense_head AS h)
+        ) AS t
+        WINDOW copies AS (PARTITION BY t.text, CASE WHEN t.text IS NULL THEN t.chunk_id END)
     ) AS kept
     WHERE kept.copy_no = 1
-    ORDER BY kept.rank
+    ORDER BY kept.place, kept.rank
     LIMIT %(leg_limit)s
 ),
 -- The keyword leg: exact top leg_limit BM25 over the posting blocks, in the function bm25_top_k
@@ -195,20 +237,25 @@ keyword_read AS MATERIALIZED (
     ) AS k
 ),
 keyword AS MATERIALIZED (
-    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.rank) AS rank, clock_timestamp() AS done_at
+    SELECT kept.chunk_id, kept.score, row_number() OVER (ORDER BY kept.place, kept.rank) AS rank,
+           clock_timestamp() AS done_at
     FROM (
         SELECT r.chunk_id, r.score, r.rank,
-               row_number() OVER (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END
-                                  ORDER BY r.rank) AS copy_no
+               min(r.rank) OVER copies AS place,
+               row_number() OVER (copies ORDER BY copy.replaced, r.rank) AS copy_no
         FROM keyword_read AS r
         LEFT JOIN LATERAL (
-            SELECT c.text FROM chunks AS c
+            SELECT c.text, fa.superseded_by IS NOT NULL AS replaced
+            FROM chunks AS c
+            LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = c.base_id
+                                 AND fa.document_id = c.document_id
             WHERE %(collapse_copies)s::boolean
               AND c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = r.chunk_id
         ) AS copy ON true
+        WINDOW copies AS (PARTITION BY copy.text, CASE WHEN copy.text IS NULL THEN r.chunk_id END)
     ) AS kept
     WHERE kept.copy_no = 1
-    ORDER BY kept.rank
+    ORDER BY kept.place, kept.rank
     LIMIT %(leg_limit)s
 ),
 -- Complete scores: the cosine of the keyword leg's chunks the dense leg did not keep (by chunk id,
@@ -307,7 +354,7 @@ legs_done AS (
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
-       c.page_label,
+       c.page_label, c.col,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,

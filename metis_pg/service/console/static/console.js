@@ -146,12 +146,15 @@ const Metis = (() => {
   const STATUS = {ready: "Ready", indexing: "Indexing", waiting: "Waiting"};
   function statusLabel(status) { return STATUS[status] || sentence(status).slice(0, -1); }
 
-  /** `document:line`, `document p.N` (`document p.19 (printed 16)`) or the document (as Citation.location() in Python). */
+  /** `document:line` (`document:line:column`), `document p.N` (`document p.19 (printed 16)`) or the document (as Citation.location() in Python). */
   function location(citation) {
     if (citation.page !== undefined && citation.page !== null) {
       return citation.document + " p." + citation.page + (citation.page_label ? " (printed " + citation.page_label + ")" : "");
     }
-    if (citation.line !== undefined && citation.line !== null) return citation.document + ":" + citation.line;
+    if (citation.line !== undefined && citation.line !== null) {
+      const column = citation.column !== undefined && citation.column !== null ? ":" + citation.column : "";
+      return citation.document + ":" + citation.line + column;
+    }
     return citation.document;
   }
 
