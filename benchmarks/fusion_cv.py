@@ -6,7 +6,8 @@ fusion function is scored offline: order the candidates by its fused score (ties
 statement), then document-level nDCG@10 as ``quality.py``. Families tried (each with the dense
 share ``s`` over ``quality.SHARES`` and copies collapsed or kept, like the existing ones):
 
-- ``rrf``, ``tmm``, ``minmax``: the product's functions (:func:`metis_pg.fusion.fuse`), the baseline.
+- ``rrf``, ``tmm``, ``minmax``: the product's functions (:func:`metis_pg.fusion.fuse`), the baseline;
+  rrf also at each RRF constant of ``quality.RRF_KS`` (``rrf k5`` ...), as ``quality.py`` fits it.
 - ``z-own`` / ``z-union``: ``s * z(cos) + (1 - s) * z(bm25)``, each score standardized by the mean
   and (population) standard deviation of its leg's own top list (``own``) or of every candidate
   (``union``); a missing score is z = -3.
@@ -29,7 +30,11 @@ share ``s`` over ``quality.SHARES`` and copies collapsed or kept, like the exist
 A family is fitted on all sets but one group (a set and its variants share a base), by the mean of
 the sets' nDCG@10 (each set weighs the same), and scored on the group left out. Families are
 compared with the product's protocol (``existing``: rrf, tmm and minmax): a new family is the
-existing one plus its own settings, so CV may keep the old ones.
+existing one plus its own settings, so CV may keep the old ones. Each row also says how the
+held-out scores stand against the rule for changing the product's default: the held-out mean above
+the default's, no set more than .005 below the default (``worst set vs the default``), and no more
+sets below their better leg, or below RRF 1:1 (copies kept, as ``quality.py``'s row), than the
+default (``rule``: passes / fails).
 
 Usage::
 
@@ -61,11 +66,11 @@ Cands = list  # (dense, dense_rank, keyword, keyword_rank, chunk_id)
 
 
 def rrf(c: Cands, s: float, dense_ranks: dict[int, int] | None = None,
-        keyword_ranks: dict[int, int] | None = None) -> list[float]:
-    """Weighted RRF (weights 2s and 2(1 - s)); ranks default to the legs' own."""
+        keyword_ranks: dict[int, int] | None = None, k: int = RRF_K) -> list[float]:
+    """Weighted RRF (weights 2s and 2(1 - s), constant k); ranks default to the legs' own."""
     rd = dense_ranks if dense_ranks is not None else {i: x[1] for i, x in enumerate(c) if x[1]}
     rk = keyword_ranks if keyword_ranks is not None else {i: x[3] for i, x in enumerate(c) if x[3]}
-    return [(2 * s / (RRF_K + rd[i]) if i in rd else 0.0) + (2 * (1 - s) / (RRF_K + rk[i]) if i in rk else 0.0)
+    return [(2 * s / (k + rd[i]) if i in rd else 0.0) + (2 * (1 - s) / (k + rk[i]) if i in rk else 0.0)
             for i in range(len(c))]
 
 
@@ -144,6 +149,8 @@ def settings(vectors: dict[int, np.ndarray] | None) -> dict[tuple[str, float], C
     inner = [s for s in SHARES if 0 < s < 1]
     for s in SHARES:
         out[("rrf", s)] = lambda c, s=s: rrf(c, s)
+        for k in quality.RRF_KS[1:]:  # the RRF constants quality.py fits (60 above)
+            out[(f"rrf k{k}", s)] = lambda c, s=s, k=k: rrf(c, s, k=k)
         for norm in ("tmm", "minmax"):
             out[(norm, s)] = lambda c, s=s, n=norm: fusion.fuse(c, "convex", s, normalization=n)
         for clip in (False, True):
@@ -181,7 +188,7 @@ def score_all(sets: dict[str, list[quality.Question]], vectors: dict[int, np.nda
     # Ties in a fit go to the first: copies kept before collapsed, the existing functions first, each
     # function's shares ascending (the order of quality.py's fit).
     order = {name: i for i, name in enumerate(("rrf", "tmm", "minmax"))}
-    keys = sorted(every, key=lambda k: (order.get(k[0], len(order)), k[0], k[1]))
+    keys = sorted(every, key=lambda k: (order.get(k[0].split(" ")[0], len(order)), k[0], k[1]))
     for collapse in (False, True):
         for key in keys:
             f = every[key]
@@ -194,6 +201,10 @@ def score_all(sets: dict[str, list[quality.Question]], vectors: dict[int, np.nda
                     rows.append(q.metrics(sorted(range(len(c)), key=lambda i: (-fused[i], c[i][4])), collapse))
                 per[name] = np.array(rows)
             out[(key, collapse)] = per
+    # The baselines of the rule (quality.py's rows, copies kept): each leg alone and RRF 1:1.
+    for label, f in (("leg keyword", lambda q: q.leg(3)), ("leg dense", lambda q: q.leg(1)),
+                     ("leg rrf-1:1", lambda q: q.fused("rrf", 0.5))):
+        out[((label, 0.0), False)] = {name: np.array([f(q) for q in qs]) for name, qs in sets.items()}
     return out
 
 
@@ -215,10 +226,12 @@ def report(scores: dict[Any, Any], groups: dict[str, str]) -> list[str]:
     mean = {k: {n: v[n].mean(axis=0)[0] for n in names} for k, v in scores.items()}
 
     def members(prefixes: tuple[str, ...]) -> list[Any]:
-        return [k for k in scores if k[0][0] in EXISTING or k[0][0].split(" ")[0] in prefixes]
+        return [k for k in scores if k[0][0].split(" ")[0] in EXISTING + prefixes]
 
     def fit(keys: list[Any], train: list[str]) -> Any:
-        return max(keys, key=lambda k: (sum(mean[k][n] for n in train) / len(train), -keys.index(k)))
+        """The best mean over `train` (ties: the first key); no training set (one group): over all."""
+        train = train or names
+        return max(enumerate(keys), key=lambda ik: (sum(mean[ik[1]][n] for n in train) / len(train), -ik[0]))[1]
 
     def cv(keys: list[Any]) -> dict[str, tuple[Any, float]]:
         out = {}
@@ -231,14 +244,30 @@ def report(scores: dict[Any, Any], groups: dict[str, str]) -> list[str]:
         return f"{k[0][0]} s {k[0][1]:.2f}{', collapsed' if k[1] else ''}"
 
     base = cv(members(()))
-    folds: list[str] = []
-    lines = ["| family | fitted on all (in-sample mean) | held-out mean | " + " | ".join(names) + " | worst set vs existing |",
-             "|---|---|---:|" + "---:|" * len(names) + "---|"]
     default = quality.default_setting()
-    key = ((default.function, min(SHARES, key=lambda x: abs(x - default.share))), default.collapse)
-    if key in mean:
-        lines.append(f"| the default ({label(key)}), not held out | – | {np.mean([mean[key][n] for n in names]):.4f} | "
-                     + " | ".join(f"{mean[key][n]:.3f}" for n in names) + " | – |")
+    key = ((default.function if default.rrf_k == 60 else f"rrf k{default.rrf_k}",
+            min(SHARES, key=lambda x: abs(x - default.share))), default.collapse)
+    today = mean[key]
+    legs = {n: max(mean[(("leg keyword", 0.0), False)][n], mean[(("leg dense", 0.0), False)][n]) for n in names}
+    rrf11 = mean[(("leg rrf-1:1", 0.0), False)]
+
+    def below(score: dict[str, float]) -> tuple[int, int]:
+        """How many sets score below their better leg, and below RRF 1:1 (to 1e-9)."""
+        return (sum(score[n] < legs[n] - 1e-9 for n in names), sum(score[n] < rrf11[n] - 1e-9 for n in names))
+
+    today_below = below(today)
+    folds: list[str] = []
+    lines = ["| family | fitted on all (in-sample mean) | held-out mean | " + " | ".join(names)
+             + " | worst set vs existing | worst set vs the default | sets below better leg / RRF 1:1 | rule |",
+             "|---|---|---:|" + "---:|" * len(names) + "---|---|---|---|"]
+    for label_, row in (("keyword alone", {n: mean[(("leg keyword", 0.0), False)][n] for n in names}),
+                        ("dense alone", {n: mean[(("leg dense", 0.0), False)][n] for n in names}),
+                        ("RRF 1:1", rrf11)):
+        lines.append(f"| {label_} | – | {np.mean([row[n] for n in names]):.4f} | "
+                     + " | ".join(f"{row[n]:.3f}" for n in names) + " | – | – | – | – |")
+    lines.append(f"| the default ({label(key)}), not held out | – | {np.mean([today[n] for n in names]):.4f} | "
+                 + " | ".join(f"{today[n]:.3f}" for n in names)
+                 + f" | – | – | {today_below[0]} / {today_below[1]} | – |")
     for family, prefixes in (("existing (rrf, tmm, minmax)", ()), *((f"existing + {f}", p) for f, p in FAMILIES.items())):
         keys = members(prefixes)
         if family != "existing (rrf, tmm, minmax)" and len(keys) == len(members(())):
@@ -246,11 +275,19 @@ def report(scores: dict[Any, Any], groups: dict[str, str]) -> list[str]:
         chosen, held = fit(keys, names), cv(keys)
         in_sample = sum(mean[chosen][n] for n in names) / len(names)
         worst = min(names, key=lambda n: held[n][1] - base[n][1])
-        lines.append(f"| {family} | {label(chosen)} ({in_sample:.4f}) | {np.mean([held[n][1] for n in names]):.4f} | "
-                     + " | ".join(f"{held[n][1]:.3f}" for n in names)
-                     + f" | {worst} {held[worst][1] - base[worst][1]:+.3f} |")
+        worst_d = min(names, key=lambda n: held[n][1] - today[n])
+        h = {n: held[n][1] for n in names}
+        nb = below(h)
+        passes = (np.mean(list(h.values())) > np.mean(list(today.values())) and h[worst_d] - today[worst_d] >= -0.005
+                  and nb[0] <= today_below[0] and nb[1] <= today_below[1])
+        lines.append(f"| {family} | {label(chosen)} ({in_sample:.4f}) | {np.mean(list(h.values())):.4f} | "
+                     + " | ".join(f"{h[n]:.3f}" for n in names)
+                     + f" | {worst} {held[worst][1] - base[worst][1]:+.3f} | {worst_d} {h[worst_d] - today[worst_d]:+.3f}"
+                     + f" | {nb[0]} / {nb[1]} | {'passes' if passes else 'fails'} |")
         folds.append(f"- {family}: " + "; ".join(
             f"{g}: {label(next(held[n][0] for n in names if groups[n] == g))}" for g in sorted(set(groups.values()))))
+    if len(set(groups.values())) == 1:
+        lines.insert(0, "One group only: nothing is held out, each row is fitted on it (in-sample).\n")
     return lines + ["", "Chosen in each fold (the group left out: the setting fitted on the others):", ""] + folds
 
 
