@@ -142,11 +142,17 @@ class DatabaseUnavailable(MetisError):
     for: the server down or restarting, no free connection, a full disk, a
     read-only server, a statement over ``statement_timeout_s``, a lock not granted
     within ``lock_timeout_s``. The message names the cause.
+
+    Attributes:
+        server_gone: the server closed the connection or could not be reached (it stopped, or
+            restarts): work that may run again whole can wait for it (:func:`metis_pg.db.while_gone`);
+            False for a refusal of the work itself (a full disk, read-only, a timeout, a lock).
     """
 
     code = "DATABASE_UNAVAILABLE"
     exit_code = 5
     http_status = 503
+    server_gone = False
 
 
 class DatabaseUnsupported(MetisError):

@@ -420,6 +420,61 @@ def test_a_killed_embedded_postmaster_is_restarted_by_the_next_checkout(own_serv
         outsider.close()
 
 
+def test_a_postmaster_killed_while_the_words_are_written_is_restarted_and_the_run_goes_on(own_server, tmp_path,
+                                                                                         monkeypatch):
+    """The embedded postmaster killed while `metis index` writes a batch of words: the run ended with
+    exit 5 (DATABASE_UNAVAILABLE, "the server closed the connection"; the rerun lost nothing), while
+    the embedding phase, which takes a connection per step, went on. Now the batch is written again
+    once the next checkout has restarted the server, the indexer lock is held again, and the run ends
+    with every document written once and embedded."""
+    from model_servers import FakeService, embedding_service
+
+    uri, pgdata = own_server
+    folder = write_corpus(tmp_path / "kb", {f"doc{i}.txt": f"Note {i} of the lighthouse survey." for i in range(9)})
+    real, calls, killed = storage.write_documents, [], []
+
+    def write_documents(conn, **kwargs):  # the second batch: the postmaster killed as its transaction starts
+        calls.append(len(kwargs["documents"]))
+        if len(calls) > 2:  # after the restart: this run holds the base's indexer lock again
+            held = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                                " AND classid = %s AND objid = %s AND pid <> pg_backend_pid()",
+                                (locks.INDEXER_LOCK_SPACE, kwargs["base_id"])).fetchone()[0]
+            assert held == 1
+        if len(calls) == 2:
+            postmaster = postmaster_pid(pgdata)
+            backends = psutil.Process(postmaster).children()
+            os.kill(postmaster, signal.SIGKILL)
+            _, alive = psutil.wait_procs(backends, timeout=20)
+            assert not alive, f"backends still running 20 s after their postmaster was killed: {alive}"
+            killed.append(postmaster)
+        return real(conn, **kwargs)
+
+    service = FakeService(embedding_service(DIM))
+    try:
+        with metis_with(uri, fast(database_wait_s=5.0)) as m:
+            m.create_base("words-kill", embedding_model="test-embed", embedding_url=service.url, embedding_dim=DIM)
+            try:
+                monkeypatch.setattr(storage, "write_documents", write_documents)
+                report = m.index("words-kill", folder, batch_documents=3)
+                monkeypatch.undo()
+                assert killed and postmaster_pid(pgdata) != killed[0]
+                assert calls == [3, 3, 3, 3]  # the second batch written again, whole (nothing of it committed)
+                assert (report.new, report.chunks, report.chunks_embedded, report.status) == (9, 9, 9, "ready")
+                with m.pool.connection() as conn:
+                    rows = conn.execute("SELECT d.path, count(c.chunk_id) FROM documents AS d"
+                                        " JOIN bases AS b ON b.base_id = d.base_id AND b.name = 'words-kill'"
+                                        " JOIN chunks AS c ON c.document_id = d.document_id GROUP BY d.path").fetchall()
+                assert sorted(rows) == [(f"doc{i}.txt", 1) for i in range(9)]  # each once
+                found = m.search("words-kill", "lighthouse survey", mode="keyword", top_k=20).results
+                assert len(found) == 9
+                again = m.index("words-kill", folder)
+                assert (again.new, again.unchanged) == (0, 9)
+            finally:
+                m.drop_base("words-kill")
+    finally:
+        service.close()
+
+
 def test_a_count_that_cannot_be_written_never_fails_a_search(own_server, own_base, caplog):
     uri, _ = own_server
     read_only = uri + "&options=-c%20default_transaction_read_only%3Don"

@@ -304,9 +304,10 @@ def test_a_batch_the_disk_cannot_take_whole_is_written_in_parts_up_to_the_margin
 
 def test_metis_index_says_what_is_kept_and_what_continues_when_the_database_goes_away(dsn, metis, fast_base,
                                                                                        tmp_path, monkeypatch):
-    """The embedded postmaster killed in the middle of `metis index`: the batch in flight failed with exit 5
+    """The database gone in the middle of `metis index` and not back: the batch in flight failed with exit 5
     and only "the database is unavailable: the server closed the connection"; now it says that what was
-    written is kept and which command continues, and that command indexes exactly the rest."""
+    written is kept and which command continues, and that command indexes exactly the rest. (A server
+    that comes back within the wait is waited for: test_database_faults, the postmaster killed.)"""
     import psycopg
 
     from cli_runner import run_cli
@@ -316,15 +317,17 @@ def test_metis_index_says_what_is_kept_and_what_continues_when_the_database_goes
     real = storage.write_documents
     calls = {"n": 0}
 
-    def dropped(conn, **kwargs):  # the connection lost at the second batch, as a killed server does
+    def dropped(conn, **kwargs):  # the connection lost from the second batch on, as a server that stays away
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] >= 2:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         return real(conn, **kwargs)
 
     monkeypatch.setattr(storage, "write_documents", dropped)
+    monkeypatch.setenv("METIS_DATABASE_WAIT_S", "0.5")  # waited for 4 x 0.5 s (db.while_gone)
     result = run_cli("index", str(folder), "--base", base_name, "--batch", "3", "--dsn", dsn)
     assert result.code == 5, (result.code, result.stderr)
+    assert calls["n"] > 2  # written again while it waited
     assert "error [DATABASE_UNAVAILABLE]" in result.stderr and "every batch written before is kept" in result.stderr
     assert f"run `metis index {folder} --base {base_name}` again" in result.stderr, result.stderr
     monkeypatch.undo()
@@ -332,3 +335,32 @@ def test_metis_index_says_what_is_kept_and_what_continues_when_the_database_goes
     again = run_cli("index", str(folder), "--base", base_name, "--json", "--dsn", dsn)
     assert again.code == 0 and (again.json()["new"], again.json()["unchanged"]) == (3, 3), again.stdout
     assert vectors_of(metis, base_name) == (6, 6)
+
+
+def test_a_batch_committed_as_the_connection_was_lost_is_not_written_twice(metis, fast_base, tmp_path, monkeypatch):
+    """The server gone just after a batch's COMMIT reached it: the client cannot tell whether it was
+    written. When the server is back, the documents that transaction committed are not written again
+    (their paths have their new content hashes); the run ends with each document once."""
+    import psycopg
+
+    folder = write_corpus(tmp_path / "kb", {f"doc{i}.txt": f"Note {i} of the lighthouse survey." for i in range(9)})
+    real, calls = storage.write_documents, []
+
+    def committed_then_lost(conn, **kwargs):
+        calls.append([d.meta.path for d in kwargs["documents"]])
+        ids = real(conn, **kwargs)
+        if len(calls) == 2:
+            conn.commit()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return ids
+
+    monkeypatch.setattr(storage, "write_documents", committed_then_lost)
+    report = metis.index(fast_base, folder, batch_documents=3)
+    assert len(calls) == 3 and sorted(p for c in calls for p in c) == [f"doc{i}.txt" for i in range(9)]
+    assert (report.new, report.chunks) == (9, 9)
+    assert vectors_of(metis, fast_base) == (9, 9)
+    with metis.pool.connection() as conn:
+        paths = [r[0] for r in conn.execute(
+            "SELECT d.path FROM documents AS d JOIN bases AS b ON b.base_id = d.base_id WHERE b.name = %s",
+            (fast_base,)).fetchall()]
+    assert sorted(paths) == [f"doc{i}.txt" for i in range(9)]

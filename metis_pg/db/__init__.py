@@ -26,8 +26,9 @@ from .pool import (
     resolve_dsn,
     sqlalchemy_url,
     unavailable,
+    while_gone,
 )
 
 __all__ = ["resolve_dsn", "open_pool", "embedded_dsn", "sqlalchemy_url", "Pool", "unavailable", "cause_of", "connect",
            "DATABASE_ERRORS", "stop_embedded", "server_settings", "write_server_settings", "start_failure_cause",
-           "prepare_pgserver_import"]
+           "prepare_pgserver_import", "while_gone"]

@@ -38,6 +38,7 @@ from .embedded import current_uri, embedded_data_folder, embedded_dsn, postmaste
 
 __all__ = [
     "resolve_dsn", "open_pool", "sqlalchemy_url", "Pool", "unavailable", "cause_of", "connect", "DATABASE_ERRORS",
+    "while_gone", "GONE_WAITS",
 ]
 
 log = logging.getLogger(__name__)
@@ -131,10 +132,57 @@ def cause_of(exc: BaseException, settings: Settings) -> str:
 
 
 def unavailable(exc: BaseException, settings: Settings) -> DatabaseUnavailable:
-    """Return the DatabaseUnavailable that stands for `exc` (raise it ``from exc``)."""
+    """Return the DatabaseUnavailable that stands for `exc` (raise it ``from exc``), its
+    ``server_gone`` set when `exc` means the server went away (:func:`_gone`)."""
     if isinstance(exc, DatabaseUnavailable):
         return exc
-    return DatabaseUnavailable(f"the database is unavailable: {cause_of(exc, settings)}")
+    error = DatabaseUnavailable(f"the database is unavailable: {cause_of(exc, settings)}")
+    error.server_gone = _gone(exc)
+    return error
+
+
+#: Server errors that end the session because the server stops or restarts (SQLSTATE 57P01-57P03).
+_GONE: tuple[type[BaseException], ...] = (pg_errors.AdminShutdown, pg_errors.CrashShutdown, pg_errors.CannotConnectNow)
+
+
+def _gone(exc: BaseException | None) -> bool:
+    """Whether `exc` means the server went away: it ended the session as it stopped or restarts, or the
+    connection was lost, closed or refused (a client-side error, no SQLSTATE); not a full disk, a
+    read-only server, a timeout or a lock, which the server answered with."""
+    if isinstance(exc, _GONE) or isinstance(exc, psycopg.InterfaceError):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None and "timeout expired" not in str(exc)
+
+
+#: How long :func:`while_gone` waits for a server that went away, in ``Settings.database_wait_s``:
+#: 20 s by default (the embedded server's restart after its postmaster was killed took at most 5.5 s,
+#: crash recovery included: benchmarks/postmaster_restart.py).
+GONE_WAITS = 4
+
+
+def while_gone(settings: Settings, what: str = "the work") -> Any:
+    """Return a tenacity ``Retrying`` that runs a unit of work again while the server is gone.
+
+    For work that may run again whole (one transaction, or a read): it is tried again after a
+    :class:`~metis_pg.errors.DatabaseUnavailable` whose ``server_gone`` is set, waiting 0.25 s,
+    0.5 s, ... (at most 2 s) between tries, for at most :data:`GONE_WAITS` x
+    ``settings.database_wait_s`` seconds; then, and for any other error, the error is raised.
+    The next checkout of the pool restarts an embedded server that died (:class:`Pool`). Use as
+    ``for attempt in while_gone(settings): with attempt: ...``; `what` names the work in the
+    warning logged before each wait.
+    """
+    import tenacity  # not on a search's path (start-up time)
+
+    def waiting(state: Any) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("%s: %s; trying again in %.2g s", what, getattr(error, "message", error),
+                    state.next_action.sleep if state.next_action else 0)
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, DatabaseUnavailable) and e.server_gone),
+        stop=tenacity.stop_after_delay(GONE_WAITS * settings.database_wait_s),
+        wait=tenacity.wait_exponential(multiplier=0.25, max=2.0),
+        before_sleep=waiting, reraise=True)
 
 
 def unsupported(exc: BaseException) -> DatabaseUnsupported:
@@ -328,7 +376,9 @@ class Pool:
             else:
                 why = (f"all {self.max_size} connections of this process are in use"
                        " (too many requests at once, or a slow statement)")
-            return DatabaseUnavailable(f"the database is unavailable: no connection within {_seconds(wait)}: {why}")
+            error = DatabaseUnavailable(f"the database is unavailable: no connection within {_seconds(wait)}: {why}")
+            error.server_gone = recent and _gone(pool.last_error)
+            return error
         return unavailable(exc, self.settings)
 
     def _restart_if_dead(self, *, thorough: bool = False) -> bool:

@@ -98,8 +98,8 @@ def index(
     try:
         if max_file_bytes is not None:
             row = dataclasses.replace(row, spec={**row.spec, "max_file_bytes": max_file_bytes})
-        with storage.indexer_session(pool, row.base_id):
-            return index_paths(pool, settings, row, paths, embedder, **options)
+        with storage.indexer_session(pool, row.base_id) as lock:
+            return index_paths(pool, settings, row, paths, embedder, regain=lock.regain, **options)
     except MetisError:
         if created:
             with contextlib.suppress(MetisError):  # the run's own error is the one to report
@@ -123,6 +123,7 @@ def index_paths(
     file_time_budget_s: float | None = None,
     on_embed_progress: vectors.EmbedProgress | None = None,
     access: dict[str, Any] | None = None,
+    regain: Callable[[], None] | None = None,
 ) -> IndexReport:
     """Index files and folders into `base`; return what was done.
 
@@ -149,6 +150,9 @@ def index_paths(
         access: ``readers`` and ``front_matter_readers`` of each source given
             (:func:`metis_pg.storage.set_source_readers`), set before any document is written;
             None keeps the sources'.
+        regain: holds the base's indexer lock again after the server went away
+            (:meth:`metis_pg.storage.locks.IndexerLock.regain`): a batch whose write the server
+            went away in is written again once it is back (:class:`~.run.Batch`).
 
     Raises:
         InvalidInput: a path does not exist, cannot be examined, or is not a kind metis reads.
@@ -190,11 +194,12 @@ def index_paths(
         retokenize = spec.tokenizer_version != TOKENIZER_VERSION
         done = 0
         for (name, root, files, deletes), source_id in zip((_fields(p) for p in plans), source_ids):
-            with pool.connection() as conn:
-                known = storage.document_hashes(conn, source_id)
+            for attempt in db.while_gone(settings, f"source {name}: reading its documents"):
+                with attempt, pool.connection() as conn:
+                    known = storage.document_hashes(conn, source_id)
             seen: set[str] = set()
             with Batch(pool, base.base_id, source_id, spec.fingerprint, run, max_documents=batch_documents,
-                       guard=guard) as batch:  # written while the next files are read (run.Batch)
+                       guard=guard, regain=regain) as batch:  # written while the next files are read (run.Batch)
                 for path in files:
                     rel = display_path(path.relative_to(root).as_posix())
                     if rel in seen:  # two names alike once their undecodable bytes are written \xNN
@@ -222,8 +227,9 @@ def index_paths(
                     if hidden is not None:
                         kept[hidden] = kept.get(hidden, 0) + 1
                         continue
-                    with pool.connection() as conn:
-                        storage.delete_document(conn, base.base_id, document_id)
+                    for attempt in db.while_gone(settings, f"{rel}: deleting it"):  # deleting twice deletes once
+                        with attempt, pool.connection() as conn:
+                            storage.delete_document(conn, base.base_id, document_id)
                     run.counts["deleted"] += 1
             for folder, reason in unlisted.items():
                 if not folder.is_relative_to(root):

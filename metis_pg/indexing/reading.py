@@ -97,8 +97,9 @@ def read_file(
         run.warnings.append(f"{rel}: {w}")
     reuse = {}
     if known:
-        with pool.connection() as conn:
-            rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
+        for attempt in db.while_gone(settings, f"{rel}: reading its vectors"):  # a read: run again after a restart
+            with attempt, pool.connection() as conn:
+                rows = storage.reusable_vectors(conn, run.base_id, known[0], spec.fingerprint)
         reuse = {embedding_text(title, headings, text): vector for title, headings, text, vector in rows}
     m = document.meta
     meta = storage.DocumentMeta(rel, document.title, document.kind, content_hash, size, tags=m.tags,

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import db, storage
@@ -94,9 +95,11 @@ class Batch:
     """
 
     def __init__(self, pool: db.Pool, base_id: int, source_id: int, model: str, run: Run, *,
-                 max_documents: int, guard: DiskGuard | None = None) -> None:
+                 max_documents: int, guard: DiskGuard | None = None,
+                 regain: Callable[[], None] | None = None) -> None:
         self._pool, self._base_id, self._source_id, self._model, self._run = pool, base_id, source_id, model, run
         self._guard = guard
+        self._regain = regain
         self._max_documents = max_documents
         self._pending: list[storage.PendingDocument] = []
         self._chunks = 0
@@ -191,16 +194,39 @@ class Batch:
         before it is kept, and it and the documents after it are still new or changed, so the next
         ``metis index`` reads them again (nothing is lost).
 
+        A transaction the server went away in (killed, restarted) is written again once it is back
+        (:func:`metis_pg.db.while_gone`; the pool's next checkout restarts an embedded server):
+        the indexer lock is held again first (`regain`), and the documents that transaction
+        committed before the connection was lost are not written twice (:meth:`_unwritten`).
+
         Raises:
             DiskFull: the next document does not fit (metis_pg.disk_space).
+            DatabaseUnavailable: the server did not come back within the wait, or refused the write.
         """
         while documents:
             n = self._fitting(documents)
-            with self._pool.connection() as conn:
-                storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
-                                        documents=documents[:n], model=self._model,
-                                        postings=postings if n == len(documents) else None)
+            part = documents[:n]
+            encoded = postings if n == len(documents) else None
+            for attempt in db.while_gone(self._pool.settings, "writing a batch of documents"):
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        part, encoded = self._unwritten(part), None
+                    if part:
+                        with self._pool.connection() as conn:
+                            storage.write_documents(conn, base_id=self._base_id, source_id=self._source_id,
+                                                    documents=part, model=self._model, postings=encoded)
             documents, postings = documents[n:], None  # the rest (if any) encoded as it is written
+
+    def _unwritten(self, documents: list[storage.PendingDocument]) -> list[storage.PendingDocument]:
+        """After the server went away during a write: hold the indexer lock again, and return the
+        `documents` the lost transaction did not commit (a document is written when its path now
+        has its content hash under another id than the version it replaces)."""
+        with self._pool.connection() as conn:  # a checkout first: it restarts an embedded server that died
+            stored = storage.document_hashes(conn, self._source_id)
+        if self._regain is not None:
+            self._regain()
+        return [d for d in documents if not ((d.meta.path in stored) and stored[d.meta.path][0] != d.replaces
+                                             and stored[d.meta.path][1] == d.meta.content_hash)]
 
     def _fitting(self, documents: list[storage.PendingDocument]) -> int:
         """How many of `documents`, from the first, the disk guard lets one transaction write:

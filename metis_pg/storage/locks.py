@@ -17,7 +17,7 @@ import psycopg
 from .. import db
 from ..errors import BaseBusy, ConfigError
 
-__all__ = ["lock_base", "indexer_session", "INDEXER_LOCK_SPACE"]
+__all__ = ["lock_base", "indexer_session", "IndexerLock", "INDEXER_LOCK_SPACE"]
 
 # A transaction-level advisory lock per base: key space 1 is ours.
 _LOCK_SPACE = 0x6D65
@@ -66,13 +66,56 @@ def lock_base(conn: psycopg.Connection, base_id: int) -> None:
         ) from exc
 
 
+class IndexerLock:
+    """The indexer lock of a base, held on a connection of its own (:func:`indexer_session`)."""
+
+    def __init__(self, pool: db.Pool, base_id: int) -> None:
+        self._pool, self._base_id = pool, base_id
+        self.conn: psycopg.Connection | None = None
+
+    def _connect(self) -> psycopg.Connection:
+        self.conn = db.connect(self._pool.conninfo, self._pool.settings, autocommit=True,
+                               application_name="metis indexer")
+        return self.conn
+
+    def regain(self) -> None:
+        """Hold the lock again after the server went away (a restart ends every session, and the
+        lock with it); nothing to do while its session lives.
+
+        Raises:
+            BaseBusy: another indexer took the base meanwhile.
+            DatabaseUnavailable: no connection to the database.
+        """
+        if self.conn is not None and not self.conn.broken:
+            try:
+                self.conn.execute("SELECT 1")
+                return
+            except psycopg.Error:
+                pass
+        with suppress(psycopg.Error):
+            if self.conn is not None:
+                self.conn.close()
+        conn = self._connect()
+        try:
+            held = _advisory(conn, "SELECT pg_try_advisory_lock(%s, %s)", (INDEXER_LOCK_SPACE, self._base_id))
+            row = None if held else conn.execute("SELECT name FROM bases WHERE base_id = %s",
+                                                 (self._base_id,)).fetchone()
+        except db.DATABASE_ERRORS as exc:
+            raise db.unavailable(exc, self._pool.settings) from exc
+        if not held:
+            raise BaseBusy(f"base {row[0] if row else self._base_id!r} is being indexed by another process, which"
+                           " took it while the database was away: try again when it has finished")
+
+
 @contextmanager
-def indexer_session(pool: db.Pool, base_id: int, *, wait_s: float | None = None) -> Iterator[None]:
+def indexer_session(pool: db.Pool, base_id: int, *, wait_s: float | None = None) -> Iterator[IndexerLock]:
     """Be the one indexer of the base for the block: hold its indexer lock on a connection of its own.
 
     Not a pooled connection: the block itself needs the pool, and many indexing
     jobs at once must not exhaust it. Closing the connection releases the lock.
     A second indexer of the same base waits up to `wait_s` for the first to finish.
+    Yields the lock (:class:`IndexerLock`): after the server went away, :meth:`IndexerLock.regain`
+    holds it again.
 
     Args:
         wait_s: seconds to wait for another indexer of the base; None = ``Settings.indexer_wait_s``
@@ -84,8 +127,9 @@ def indexer_session(pool: db.Pool, base_id: int, *, wait_s: float | None = None)
     """
     settings = pool.settings
     wait = settings.indexer_wait_s if wait_s is None else wait_s
-    conn = db.connect(pool.conninfo, settings, autocommit=True, application_name="metis indexer")
-    with conn:
+    lock = IndexerLock(pool, base_id)
+    conn = lock._connect()
+    try:
         try:
             if wait > 0:
                 conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(wait * 1000))}ms",))
@@ -101,9 +145,12 @@ def indexer_session(pool: db.Pool, base_id: int, *, wait_s: float | None = None)
         except db.DATABASE_ERRORS as exc:
             raise db.unavailable(exc, settings) from exc
         try:
-            yield
+            yield lock
         finally:
             # Released here, not by closing: the server ends a closed session a moment later,
             # and a status read in that moment would still see the lock.
             with suppress(psycopg.Error):  # a broken session took its lock with it
-                conn.execute("SELECT pg_advisory_unlock(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+                lock.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (INDEXER_LOCK_SPACE, base_id))
+    finally:
+        with suppress(psycopg.Error):
+            lock.conn.close()
