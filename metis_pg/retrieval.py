@@ -19,7 +19,6 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
-from .chunking import embedding_text
 from .filters import Filters
 from .snippets import weighing_terms
 
@@ -254,6 +253,7 @@ def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Se
     at most `limit` per phrase); their text is then matched here, where :func:`metis_pg.tokenizer.fold`
     is.
     """
+    from .chunking import embedding_text  # at first use: a search without a phrase needs no chunker (issue 25)
     from .query_syntax import phrase_pattern
     from .tokenizer import fold, query_terms
 
