@@ -10,8 +10,8 @@ Prints, in new processes:
   the overhead (Python start, imports, settings, pool, the question's model, exit);
 - the same with no process holding the server: each command starts it and stops it at exit;
 - with ``--phases``: where the time of one ``metis search`` goes, phase by phase, in a new process
-  doing what the command does step by step (Python start, imports and Typer's build of the
-  commands, settings, joining the server, pool and schema revision, listing the bases, the
+  doing what the command does step by step (Python start, imports, Typer's build of the
+  commands and its parse of the arguments, settings, joining the server, pool and schema revision, listing the bases, the
   model's load and first question, the search, printing, closing, exit), medians of R runs, for
   ``--mode keyword`` and hybrid. The command itself loads the model in a thread while it
   connects; here each phase runs after the other.
@@ -84,7 +84,11 @@ try:
 except TypeError:  # an older checkout: every command
     app = cli._app()
 import typer.main
-typer.main.get_command(app)  # what Typer builds from them at each run
+group = typer.main.get_command(app)  # what Typer builds from them at each run
+# and its parse of the arguments: Typer 0.2x checks each option with a pydantic TypeAdapter (importing pydantic)
+context = group.make_context("metis", ["search", base, question, "--json", "--mode", mode])
+group.get_command(context, "search").make_context("search", [base, question, "--json", "--mode", mode],
+                                                  parent=context)
 mark("import the command tree")
 import metis_pg.api as api
 from metis_pg.formats import search_output
