@@ -13,8 +13,8 @@ without a database), so no corpus is embedded twice:
   (``BaseSpec()``), each fusion function of :mod:`metis_pg.fusion` at each dense share;
 - each question is asked twice, with copies of one text collapsed in each leg and without
   (``retrieval.run_search(collapse_copies=)``), so that too is part of a setting;
-- **the protocol**: a setting is (fusion function, dense share, copies collapsed or not, routing
-  shifts of :mod:`metis_pg.routing`). For each set S (sets over one corpus are left out together), the
+- **the protocol**: a setting is (fusion function, dense share, RRF constant ``rrf_k``, copies
+  collapsed or not, routing shifts of :mod:`metis_pg.routing`). For each set S (sets over one corpus are left out together), the
   setting that maximizes the mean over the OTHER sets of their nDCG@10 is fitted, then scored on
   S: the "held-out" row. The setting fitted on all sets is what the code's defaults are
   (``BaseSpec``, ``routing.SHIFTS``); its own rows are marked in-sample.
@@ -57,6 +57,9 @@ err = Console(stderr=True)
 #: 1/3 and 2/3 are RRF 1:2 and 2:1.
 SHARES = tuple(sorted({round(i / 20, 2) for i in range(21)} | {1 / 3, 2 / 3}))
 FUNCTIONS = ("rrf", "tmm", "minmax")
+#: RRF constants the settings are fitted over (rrf only). 60 (Cormack et al.'s and SPEC F7's)
+#: comes first, so that a tie keeps it.
+RRF_KS = (60, 5, 10, 20, 30, 100)
 #: Shifts routing may give a feature.
 SHIFT_GRID = (-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3)
 #: A feature is kept in the routing rule only when it raises the training objective this much.
@@ -181,30 +184,32 @@ class Question:
         ranked = sorted((c[which], i) for i, c in enumerate(self.variants[collapse]) if c[which])
         return self.metrics([i for _, i in ranked], collapse)
 
-    def order(self, function: str, share: float, weight_sum: float = 2.0, collapse: bool = False) -> list[int]:
+    def order(self, function: str, share: float, weight_sum: float = 2.0, collapse: bool = False,
+              rrf_k: int = 60) -> list[int]:
         """The candidates' indexes in fused order (ties by chunk_id, as the statement)."""
         cands = self.variants[collapse]
         name, norm = ("rrf", "tmm") if function == "rrf" else ("convex", function)
-        scores = fusion.fuse(cands, name, share, normalization=norm, rrf_k=60, weight_sum=weight_sum)
+        scores = fusion.fuse(cands, name, share, normalization=norm, rrf_k=rrf_k, weight_sum=weight_sum)
         return sorted(range(len(cands)), key=lambda i: (-scores[i], cands[i][4]))
 
     def fused(self, function: str, share: float, weight_sum: float = 2.0,
-              collapse: bool = False) -> tuple[float, float, float]:
-        key = (function, share, weight_sum, collapse)
+              collapse: bool = False, rrf_k: int = 60) -> tuple[float, float, float]:
+        key = (function, share, weight_sum, collapse, rrf_k)
         if key not in self._cache:
-            self._cache[key] = self.metrics(self.order(function, share, weight_sum, collapse), collapse)
+            self._cache[key] = self.metrics(self.order(function, share, weight_sum, collapse, rrf_k), collapse)
         return self._cache[key]
 
 
 @dataclass(frozen=True)
 class Setting:
     """A fusion setting: function (rrf, tmm, minmax), dense share, copies collapsed in each leg or
-    not, and routing shifts (empty: off)."""
+    not, routing shifts (empty: off), and the RRF constant (rrf only)."""
 
     function: str
     share: float
     shifts: tuple[tuple[str, float], ...] = ()
     collapse: bool = False
+    rrf_k: int = 60
 
     def share_for(self, q: Question) -> float:
         if not self.shifts:
@@ -220,10 +225,11 @@ class Setting:
         share = self.share_for(q)
         if not exact:  # fitting: the nearest share of the grid (cached)
             share = min(SHARES, key=lambda g: abs(g - share))
-        return q.fused(self.function, share, collapse=self.collapse)
+        return q.fused(self.function, share, collapse=self.collapse, rrf_k=self.rrf_k)
 
     def describe(self) -> str:
         base = f"{'RRF' if self.function == 'rrf' else 'CC ' + self.function.upper()} share {self.share:.2f}"
+        base += f", k {self.rrf_k}" if self.function == "rrf" and self.rrf_k != 60 else ""
         base += ", copies collapsed" if self.collapse else ""
         routed = ", ".join(f"{k} {v:+.1f}" for k, v in self.shifts if v)
         return base + (f", routed ({routed})" if routed else "")
@@ -233,6 +239,8 @@ def copies_at_default(sets: dict[str, list[Question]], groups: dict[str, str]) -
     """Copies collapsed or kept, the default's fusion fixed: chosen on all sets and on each fold's
     training sets ("tie" when both score the same there)."""
     def choose(train: dict[str, list[Question]]) -> str:
+        if not train:  # one set only: its fold has nothing to fit on
+            return "no other set"
         kept, collapsed = (objective(train, replace(default_setting(), collapse=c)) for c in (False, True))
         return "collapsed" if collapsed > kept else "kept" if kept > collapsed else "tie"
     folds = {g: choose({n: qs for n, qs in sets.items() if groups[n] != g}) for g in sorted(set(groups.values()))}
@@ -243,7 +251,7 @@ def default_setting() -> Setting:
     """The code's default: a new base's fusion (``BaseSpec()``), unrouted."""
     spec = BaseSpec()
     return Setting("rrf" if spec.fusion == "rrf" else spec.normalization, fusion.base_share(spec),
-                   collapse=bool(getattr(spec, "collapse_copies", False)))
+                   collapse=bool(getattr(spec, "collapse_copies", False)), rrf_k=spec.rrf_k)
 
 
 def set_mean(qs: list[Question], setting: Setting, exact: bool = False) -> float:
@@ -259,8 +267,9 @@ def fit(sets: dict[str, list[Question]], routed: bool = True) -> Setting:
     """The setting of best :func:`objective` on `sets`: function and share over the grid, then the
     routing shifts feature by feature (two sweeps), each kept only when it gains :data:`MIN_GAIN`."""
     collapses = (False, True) if all(q.collapsed_known for qs in sets.values() for q in qs) else (False,)
-    best = max((Setting(f, s, (), c) for c in collapses for f in FUNCTIONS for s in SHARES),
-               key=lambda st: objective(sets, st))
+    grid = [Setting(f, s, (), c, k) for c in collapses for f in FUNCTIONS for s in SHARES
+            for k in (RRF_KS if f == "rrf" else (60,))]
+    best = max(grid, key=lambda st: objective(sets, st))
     best_value = objective(sets, best)
     if not routed:
         return best
@@ -270,7 +279,7 @@ def fit(sets: dict[str, list[Question]], routed: bool = True) -> Setting:
             for value in SHIFT_GRID:
                 trial = dict(shifts, **{name: value})
                 for share in SHARES:  # the base share moves with the shifts
-                    cand = Setting(best.function, share, tuple(trial.items()), best.collapse)
+                    cand = Setting(best.function, share, tuple(trial.items()), best.collapse, best.rrf_k)
                     v = objective(sets, cand)
                     if v > best_value + MIN_GAIN:
                         best, best_value, shifts = cand, v, trial
@@ -361,7 +370,8 @@ def losing_questions(name: str, qs: list[Question], setting: Setting) -> list[st
                    f"relevant {q.grades}")
         legs = {label: [i for _, i in sorted((c[k], i) for i, c in enumerate(cands) if c[k])]
                 for label, k in (("keyword", 3), ("dense", 1))}
-        legs["hybrid"] = q.order(setting.function, setting.share_for(q), collapse=setting.collapse)
+        legs["hybrid"] = q.order(setting.function, setting.share_for(q), collapse=setting.collapse,
+                                 rrf_k=setting.rrf_k)
         for label, order in legs.items():
             top = [(q.variant_keys[setting.collapse][i][0], cands[i][1], cands[i][3], round(cands[i][0] or 0, 3),
                     round(cands[i][2] or 0, 2)) for i in order[:6]]

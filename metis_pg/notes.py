@@ -32,7 +32,7 @@ from .indexing import embed_own, own_document
 from .models.embed import Embedder
 from .readers import markdown
 from .readers.document import Document, Section
-from .results import Fact, Note
+from .reports import Fact, Note
 from .tokenizer import fold
 
 __all__ = [

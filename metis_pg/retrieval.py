@@ -19,8 +19,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
-from .chunking import embedding_text
 from .filters import Filters
+from .snippets import weighing_terms
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -70,6 +70,9 @@ class Candidate:
     bm25_ratio: float | None = None  # best BM25 of the candidates / its bound (sum of idf * (k1 + 1))
     page_label: str | None = None  # the PDF page's printed label (chunking.Chunk.page_label)
     column: int | None = None  # column of its start when it starts inside a line (chunking.Chunk.column)
+    #: The question's terms that weigh in its base, which its snippet marks (snippets.weighing_terms, from
+    #: the BM25 statistics the statement read); None when run_search was given no mark_terms.
+    weighing: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +253,7 @@ def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Se
     at most `limit` per phrase); their text is then matched here, where :func:`metis_pg.tokenizer.fold`
     is.
     """
+    from .chunking import embedding_text  # at first use: a search without a phrase needs no chunker (issue 25)
     from .query_syntax import phrase_pattern
     from .tokenizer import fold, query_terms
 
@@ -323,6 +327,7 @@ def run_search(
     exclude_terms: Sequence[str] = (),
     statement: str | None = None,
     collapse_copies: bool | None = None,
+    mark_terms: Sequence[str] = (),
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
@@ -344,7 +349,9 @@ def run_search(
     holds (a replaced fact of a memory base gives way, SPEC F11), then the best-ranked: the
     dense leg keeps ``leg_limit`` distinct texts (it reads :data:`COPIES_READ` times as many rows
     for that), the keyword leg the distinct texts of its top ``leg_limit``; scores are the kept
-    copies' own, ranks count the chunks kept.
+    copies' own, ranks count the chunks kept. `mark_terms` (the question's terms): each candidate's
+    ``weighing`` is those of them that weigh in its base (:func:`metis_pg.snippets.weighing_terms`,
+    from the statistics the statement reads), which its snippet marks.
     """
     if plan is None:
         plan = fusion.Plan(fusion="rrf", normalization="tmm", rrf_k=rrf_k, weight_sum=dense_weight + keyword_weight,
@@ -379,6 +386,7 @@ def run_search(
         "leg_read": leg_limit(legs_top_k or top_k) * (COPIES_READ if collapse_copies else 1),
         "collapse_copies": collapse_copies,
         "top_k": top_k,
+        "mark_terms": list(mark_terms) or None,
         **filters.to_params(),
     }
     params["restricted"] = restricted(conn, base_ids)  # the keyword leg drops the chunks they may not read
@@ -386,6 +394,10 @@ def run_search(
         rows = cur.execute(statement or hybrid_statement(on_citus(conn)), params).fetchall()
     if not rows:
         return [], LegTimes()
+    weighing: dict[str, frozenset[str]] = {}
+    for r in rows:
+        if r.get("term_dfs") is not None and r["base"] not in weighing:
+            weighing[r["base"]] = weighing_terms(r["term_dfs"], r["base_chunks"])
     candidates = [
         Candidate(
             chunk_id=r["chunk_id"], base=r["base"], source=r["source"], document=r["document"],
@@ -396,7 +408,7 @@ def run_search(
             fused=float(r["fused"]), holds=r["holds"], line_end=r["line_end"], line_map=tuple(r["line_map"] or ()),
             tags=tuple(r["tags"] or ()), author=r["author"], date=r["document_date"],
             share=r.get("share"), absent_share=r.get("absent_share"), bm25_ratio=r.get("bm25_ratio"),
-            page_label=r.get("page_label"), column=r.get("col"),
+            page_label=r.get("page_label"), column=r.get("col"), weighing=weighing.get(r["base"]),
         )
         for r in rows
     ]

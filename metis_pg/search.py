@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 from psycopg_pool import ConnectionPool
 
 from . import fusion as fusion_functions, query_syntax, retrieval, sqlfiles, storage
-from .chunking import embedding_text
 from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .filters import Filters
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
@@ -52,7 +51,6 @@ from .search_answer import fusion_echo
 from .search_counts import counts_of
 from .search_warnings import health_warnings, tokenizer_warnings, unknown_source_warnings
 from .results import SearchWarning, Took
-from .snippets import weighing_terms
 from .tokenizer import query_terms
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -249,7 +247,6 @@ class SearchPipeline:
         with self.pool.connection() as conn:
             rows = [storage.get_base(conn, n) for n in request.bases]
             health = {r["name"]: r for r in storage.list_bases_light(conn, [r.base_id for r in rows])}
-            weighing = term_weights(conn, rows, query_terms(request.searched))
         specs = {r.base_id: request.spec_for(r.base_spec) for r in rows}
         warnings: list[SearchWarning] = []
         if not any(ch.isalnum() for ch in request.question):
@@ -259,7 +256,7 @@ class SearchPipeline:
                                                       "punctuation or symbols: nothing was searched"))
             return Ranked(request=request, candidates=[], rerank_scores={}, reranked=False, warnings=warnings,
                           fusion=fusion_echo({r.name: specs[r.base_id] for r in rows}, {}, mode),
-                          took=Took(total=(time.perf_counter() - started) * 1000), weighing=weighing)
+                          took=Took(total=(time.perf_counter() - started) * 1000))
         reranker_spec = self._reranker_spec(rows, specs, request, warnings)
         if every_candidate:
             fetch = 2 * retrieval.leg_limit(top_k)
@@ -295,6 +292,8 @@ class SearchPipeline:
             took["keyword"] += legs.keyword
             took["fuse"] += legs.fuse
         candidates = lists[0][1] if len(lists) == 1 else merge_by_rank(lists, fetch)
+        # What each base's snippets mark: the statistics the statement read with the candidates.
+        weighing = {c.base: c.weighing for _, found in lists for c in found if c.weighing is not None}
         warnings.extend(health_warnings(request.bases, health, mode))
         warnings.extend(unknown_source_warnings(request.bases, health, request.filters))
         if not candidates and not warnings:
@@ -305,6 +304,8 @@ class SearchPipeline:
         reranked = False
         rerank_ms = 0.0
         if reranker_spec is not None and candidates:
+            from .chunking import embedding_text  # at first use: a search without reranker needs no chunker (issue 25)
+
             t0 = time.perf_counter()
             head, tail = candidates[:rerank_candidates(top_k)], candidates[rerank_candidates(top_k):]
             try:
@@ -354,7 +355,8 @@ class SearchPipeline:
                 return retrieval.run_search(
                     conn, base_ids=[base_id], model=spec.fingerprint, query_embedding=vector, terms=terms,
                     top_k=rows, legs_top_k=request.top_k, filters=request.filters, k1=spec.k1, b=spec.b,
-                    plan=plan, only_chunks=only, exclude_terms=parsed.excluded)
+                    plan=plan, only_chunks=only, exclude_terms=parsed.excluded,
+                    mark_terms=query_terms(request.searched))
 
         if len(base_ids) == 1:
             return one(base_ids[0], fetch)
@@ -443,14 +445,3 @@ def merge_by_rank(lists: Sequence[tuple[int, list[retrieval.Candidate]]], top_k:
     scored.sort(key=lambda sc: (-sc[0], -sc[1].fused, sc[1].base, sc[1].chunk_id))
     return [c for _, c in scored[:top_k]]
 
-
-def term_weights(conn: Any, rows: Sequence[storage.BaseRow], question_terms: Sequence[str]) -> dict[str, frozenset[str]]:
-    """Return base name -> the question's terms that weigh in that base (its BM25 df and chunk count,
-    ``sql/search/term_weights.sql``; :func:`metis_pg.snippets.weighing_terms`): what snippets mark."""
-    if not question_terms or not rows:
-        return {}
-    found: dict[int, tuple[dict[str, int], int]] = {}
-    for base_id, term, df, chunk_count in conn.execute(sqlfiles.load("search/term_weights"), {
-            "base_ids": [r.base_id for r in rows], "terms": list(question_terms)}).fetchall():
-        found.setdefault(base_id, ({}, chunk_count))[0][term] = df
-    return {r.name: weighing_terms(*found[r.base_id]) for r in rows if r.base_id in found}

@@ -52,7 +52,7 @@ import psycopg
 
 from .errors import BaseNotFound, DatabaseUnavailable, InvalidInput, MetisError
 from .readers import kind_of
-from .results import IndexReport
+from .reports import IndexReport
 
 if TYPE_CHECKING:  # pragma: no cover
     from .api import Metis

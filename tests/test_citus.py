@@ -401,7 +401,7 @@ def test_the_http_service_reads_the_cluster(m, bases):
     assert health.status_code == 200, health.text
 
 
-@pytest.mark.parametrize("statement", ["search/term_weights", "search/phrase_chunks", "search/compound_expand",
+@pytest.mark.parametrize("statement", ["search/phrase_chunks", "search/compound_expand",
                                        "search/filtered_documents", "citus/complete_scores"])
 def test_the_other_statements_of_a_search_of_one_base_are_router_queries(m, bases, statement):
     from metis_pg import sqlfiles

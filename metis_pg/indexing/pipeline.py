@@ -61,7 +61,7 @@ from ..errors import (
 from ..disk_space import BYTES_PER_VECTOR, DiskGuard
 from ..models.embed import Embedder
 from ..readers import display_path
-from ..results import FailedDocument, IndexReport
+from ..reports import FailedDocument, IndexReport
 from ..tokenizer import TOKENIZER_VERSION
 from . import sources, vectors
 from .reading import read_file

@@ -21,7 +21,7 @@ from ..config import BaseSpec
 from ..errors import EmbeddingModelUnavailable, MetisError
 from ..models._http import RemoteStatus
 from ..models.embed import PASSAGES_DONE, Embedder
-from ..results import ReembedReport
+from ..reports import ReembedReport
 
 __all__ = ["EmbedProgress", "Embedded", "embed_batches", "embed_missing", "reembed"]
 

@@ -34,6 +34,8 @@
 --                                keyword leg drops them from its exact top leg_limit: reading more
 --                                loosens BM25's pruning, 18 per cent slower, and gained nothing measured)
 --   %(top_k)s           int      fused rows returned
+--   %(mark_terms)s      text[]   the question's terms whose statistics each row carries for its snippet's
+--                                marks (metis_pg.snippets.weighing_terms); NULL or empty: none
 --   %(path_prefix)s     text     NULL = no filter; else documents whose path starts with it
 --   %(kinds)s           text[]   NULL = no filter; else documents of these kinds
 --   %(sources)s         text[]   NULL = no filter; else documents of these sources
@@ -76,7 +78,9 @@
 -- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
 -- citation columns (col: the chunk's column when it starts inside a line an earlier chunk holds),
 -- holds (NULL unless the chunk is a fact of a memory base, SPEC F11: true while no newer fact
--- replaced it), the routing figures (share: the dense share used;
+-- replaced it), term_dfs and base_chunks (the row's base: how many of its chunks hold each of
+-- mark_terms, a jsonb object without the terms none holds, and its chunk count N; NULL without
+-- mark_terms or BM25 totals), the routing figures (share: the dense share used;
 -- absent_share; bm25_ratio: best BM25 / its bound, the sum of idf * (k1 + 1) * weight), and four
 -- timestamps (started_at, dense_done_at, keyword_done_at, finished_at) from which the caller
 -- derives the time each step took: each leg is MATERIALIZED, so they run one after the other and
@@ -347,6 +351,17 @@ fused AS (
     ORDER BY fused DESC, chunk_id
     LIMIT %(top_k)s
 ),
+-- The BM25 statistics of the question's terms in each base searched: what decides which words a
+-- snippet marks (metis_pg.snippets.weighing_terms), read here rather than by a statement of its own.
+marking AS MATERIALIZED (
+    SELECT tot.base_id, tot.chunk_count,
+           coalesce(jsonb_object_agg(bt.term, bt.df) FILTER (WHERE bt.term IS NOT NULL), '{}'::jsonb) AS dfs
+    FROM bm25_totals AS tot
+    LEFT JOIN bm25_terms AS bt ON bt.base_id = ANY(%(base_ids)s::int[]) AND bt.base_id = tot.base_id
+                              AND bt.term = ANY(%(mark_terms)s::text[])
+    WHERE tot.base_id = ANY(%(base_ids)s::int[]) AND cardinality(%(mark_terms)s::text[]) > 0
+    GROUP BY tot.base_id, tot.chunk_count
+),
 legs_done AS (
     SELECT (SELECT max(done_at) FROM dense) AS dense_done_at,
            (SELECT max(done_at) FROM keyword) AS keyword_done_at
@@ -358,6 +373,7 @@ SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
        CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
+       marking.dfs AS term_dfs, marking.chunk_count AS base_chunks,
        statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
        clock_timestamp() AS finished_at
 -- Every join carries base_id (the distribution column under Citus, docs/scaling.md), and every
@@ -372,5 +388,6 @@ JOIN sources AS src ON src.source_id = doc.source_id
 JOIN bases AS b ON b.base_id = doc.base_id
 LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = doc.base_id
                      AND fa.document_id = doc.document_id
+LEFT JOIN marking ON marking.base_id = doc.base_id
 CROSS JOIN legs_done
 ORDER BY f.fused DESC, f.chunk_id
