@@ -139,7 +139,11 @@ dense_read AS MATERIALIZED (
             SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
             FROM embeddings AS e
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
-              AND e.base_id = ANY(%(base_ids)s::int[])
+              -- One base (the search pipeline's statement per base): an equality, which the planner
+              -- folds the CASE to; compared on every row, = ANY of a one-element array costs about
+              -- twice as much (docs/performance.md).
+              AND CASE WHEN cardinality(%(base_ids)s::int[]) = 1 THEN e.base_id = (%(base_ids)s::int[])[1]
+                       ELSE e.base_id = ANY(%(base_ids)s::int[]) END
               -- The model's name is compared row by row only when the bases hold vectors of another
               -- model too (a switch of model under way): two probes of ix_embeddings_base_model, run
               -- once (an InitPlan) before the scan; comparing the text of every row costs about a
