@@ -84,6 +84,16 @@ def test_a_hybrid_search_loads_the_bundled_model_and_no_http_client_no_rich(dsn,
     assert not modules & set(NEVER), sorted(modules & set(NEVER))
 
 
+def test_an_unchanged_reindex_with_the_bundled_model_imports_no_http_client(dsn, indexed, tmp_path):
+    # httpx (~90 ms of CPU at load 5) is a remote model's client: indexing.vectors imported it for one
+    # isinstance check of a refusal's cause (issue 25: "an unchanged re-index 2 s wall for 0.1 s of work").
+    modules, out = imported("index", str(tmp_path / "kb"), "--base", indexed, "--json", "--dsn", dsn,
+                            surely="metis_pg.indexing.pipeline")
+    assert json.loads(out)["unchanged"] == len(CORPUS)
+    http = {"httpx", "metis_pg.models._http", "metis_pg.models._remote"}
+    assert not modules & http, sorted(modules & http)
+
+
 def test_the_command_exits_fast_and_still_stops_the_server_it_started():
     home = Path(tempfile.mkdtemp(prefix="metis-test-exit-", dir="/var/tmp"))  # a short socket path
     env = {**os.environ, "METIS_HOME": str(home)}
