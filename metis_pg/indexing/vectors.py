@@ -19,7 +19,6 @@ from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
 from ..errors import EmbeddingModelUnavailable, MetisError
-from ..models._http import RemoteStatus
 from ..models.embed import PASSAGES_DONE, Embedder
 from ..reports import ReembedReport
 
@@ -187,6 +186,8 @@ def _embed_bisecting(embedder: Embedder, texts: list[str], passages_done: Callab
 def refused_by_model(exc: BaseException) -> bool:
     """True when the model answered, refusing the request (HTTP 4xx but 408, 429): sent again, the
     same texts would be refused again; fewer of them may not be."""
+    from ..models._http import RemoteStatus  # here: only a remote model's client (httpx) raises it (issue 25)
+
     cause = exc.__cause__
     return isinstance(cause, RemoteStatus) and 400 <= cause.status < 500 and cause.status not in (408, 429)
 
