@@ -306,6 +306,7 @@ def reembed(
             deleted = storage.delete_other_vectors(conn, base.base_id, model)
             missing = storage.chunks_without_vector(conn, base.base_id, model, 1)
             storage.set_status(conn, base.base_id, "waiting" if missing else "ready")
+    storage.maintain(pool)  # a whole base's vectors written and as many deleted (storage.maintenance)
     return ReembedReport(
         base=base.name, old_model=old_model, new_model=model, chunks_embedded=done,
         vectors_deleted=deleted, seconds=time.perf_counter() - started,

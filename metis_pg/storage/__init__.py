@@ -9,6 +9,8 @@
   the same rows as a dictionary).
 - :mod:`.vectors`: ``embeddings``, the vectors missing, a base's switch of model.
 - :mod:`.counts`: search counts (SPEC F20).
+- :mod:`.maintenance`: ANALYZE and VACUUM of the tables autovacuum's rule says are due, at the end
+  of a run that wrote (a CLI command's embedded server lives seconds, autovacuum looks once a minute).
 
 Internal to metis_pg (the public interface is :class:`metis_pg.Metis`); the names below are what
 the rest of the package (and the tests) use. SQL text comes from ``sql/`` (:mod:`metis_pg.sqlfiles`);
@@ -45,6 +47,7 @@ _LAZY = {
     "vectors": ("chunks_without_vector", "count_chunks_without_vector", "count_refused", "document_paths",
                 "delete_other_vectors", "NOTE_REASONS", "note_model_unavailable", "note_vectors",
                 "reusable_vectors", "switch_embedding", "text_hash", "vectors_of_texts", "write_vectors"),
+    "maintenance": ("Maintenance", "TableDue", "flush_statistics", "maintain", "tables_due"),
 }
 _LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "NOTE_REASONS", "note_vectors", "note_model_unavailable", "count_refused",
     "indexer_session", "lock_base",
     "count_search", "record_search",
+    "Maintenance", "TableDue", "flush_statistics", "maintain", "tables_due",
 ]
 
 
