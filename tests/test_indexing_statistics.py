@@ -141,3 +141,21 @@ def test_the_rule_is_autovacuums_and_a_role_that_may_not_maintain_is_skipped(own
             conn.execute("RESET ROLE")
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_an_upkeep_the_database_refuses_is_a_warning_not_a_failed_run(own_database, monkeypatch, caplog):
+    from metis_pg.errors import DatabaseUnavailable
+    from metis_pg.storage import maintenance
+
+    def refused(*args, **kwargs):
+        raise DatabaseUnavailable("could not connect to PostgreSQL: the server is not running")
+
+    monkeypatch.setattr(maintenance.db, "connect", refused)
+    with metis_pg.Metis(own_database) as m:
+        with m.pool.connection() as conn:
+            assert storage.tables_due(conn, ["bases"])  # never analyzed: due
+        done = storage.maintain(m.pool, ["bases"])
+
+    assert (done.analyzed, done.vacuumed) == ((), ())
+    assert done.warnings == ("statistics not refreshed: could not connect to PostgreSQL: the server is not running",)
+    assert "statistics not refreshed" in caplog.text
