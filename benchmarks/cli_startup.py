@@ -10,8 +10,8 @@ Prints, in new processes:
   the overhead (Python start, imports, settings, pool, the question's model, exit);
 - the same with no process holding the server: each command starts it and stops it at exit;
 - with ``--phases``: where the time of one ``metis search`` goes, phase by phase, in a new process
-  doing what the command does step by step (Python start, imports and Typer's build of the
-  commands, settings, joining the server, pool and schema revision, listing the bases, the
+  doing what the command does step by step (Python start, imports, Typer's build of the
+  commands and its parse of the arguments, settings, joining the server, pool and schema revision, listing the bases, the
   model's load and first question, the search, printing, closing, exit), medians of R runs, for
   ``--mode keyword`` and hybrid. The command itself loads the model in a thread while it
   connects; here each phase runs after the other.
@@ -22,6 +22,7 @@ Usage::
     python benchmarks/cli_startup.py --repeats 7
     python benchmarks/cli_startup.py --phases        # and the phase table
     PYTHONPATH=../other-checkout python benchmarks/cli_startup.py --phases   # that checkout's code
+    python benchmarks/cli_startup.py --phases --code ../before --code .       # a before and an after, in turns
 
 Goal (issue 25): overhead of ``metis search`` <= 0.3 s on a quiet machine. Figures double
 under load: the load average is printed with them.
@@ -84,7 +85,11 @@ try:
 except TypeError:  # an older checkout: every command
     app = cli._app()
 import typer.main
-typer.main.get_command(app)  # what Typer builds from them at each run
+group = typer.main.get_command(app)  # what Typer builds from them at each run
+# and its parse of the arguments: Typer 0.2x checks each option with a pydantic TypeAdapter (importing pydantic)
+context = group.make_context("metis", ["search", base, question, "--json", "--mode", mode])
+group.get_command(context, "search").make_context("search", [base, question, "--json", "--mode", mode],
+                                                  parent=context)
 mark("import the command tree")
 import metis_pg.api as api
 from metis_pg.formats import search_output
@@ -118,116 +123,132 @@ getattr(cli, "_exit_now", sys.exit)(0)  # as the console script ends (metis_pg.c
 """
 
 
-def phases(env: dict[str, str], base: str, question: str, mode: str,
-           repeats: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Return the median seconds of each phase of a search (:data:`PHASES_CHILD`), ``"exit"`` last: wall
+def phase_run(env: dict[str, str], base: str, question: str, mode: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Run :data:`PHASES_CHILD` once; return the seconds of each phase of a search, ``"exit"`` last: wall
     time, and the CPU time of the command's own process (what a quiet machine's wall time comes down to,
     less the waits on the server and on disk; Python start and exit are not in the CPU figures)."""
-    runs: list[dict[str, float]] = []
-    cpu_runs: list[dict[str, float]] = []
-    for _ in range(repeats):
-        launched = time.time()
-        done = subprocess.run([sys.executable, "-c", PHASES_CHILD, base, question, mode], capture_output=True,
-                              text=True, env=env, check=True)
-        ended = time.time()
-        line = [x for x in done.stderr.splitlines() if x.startswith("PHASES ")][-1]
-        marks = json.loads(line[len("PHASES "):])
-        run = {"Python start": marks[0][1] - launched}
-        cpu = {}
-        for (_, t0, c0), (name, t1, c1) in zip(marks, marks[1:]):
-            run[name] = t1 - t0
-            cpu[name] = c1 - c0
-        run["exit"] = ended - marks[-1][1]
-        run["total"] = ended - launched
-        cpu["total"] = marks[-1][2] - marks[0][2]
-        runs.append(run)
-        cpu_runs.append(cpu)
-    return ({k: statistics.median(r[k] for r in runs) for k in runs[0]},
-            {k: statistics.median(r[k] for r in cpu_runs) for k in cpu_runs[0]})
+    launched = time.time()
+    done = subprocess.run([sys.executable, "-c", PHASES_CHILD, base, question, mode], capture_output=True,
+                          text=True, env=env, check=True)
+    ended = time.time()
+    line = [x for x in done.stderr.splitlines() if x.startswith("PHASES ")][-1]
+    marks = json.loads(line[len("PHASES "):])
+    run = {"Python start": marks[0][1] - launched}
+    cpu = {}
+    for (_, t0, c0), (name, t1, c1) in zip(marks, marks[1:]):
+        run[name] = t1 - t0
+        cpu[name] = c1 - c0
+    run["exit"] = ended - marks[-1][1]
+    run["total"] = ended - launched
+    cpu["total"] = marks[-1][2] - marks[0][2]
+    return run, cpu
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--phases", action="store_true", help="also print where a search's time goes, by phase")
+    parser.add_argument("--code", action="append", metavar="CHECKOUT", default=[],
+                        help="measure this checkout's metis_pg (its PYTHONPATH); given twice or more, the "
+                             "checkouts take turns at each repeat, so they share the machine's load; the base "
+                             "is made by the last one")
     args = parser.parse_args()
 
-    # Bytecode first, as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on the
-    # developers' machines) every run would otherwise compile metis_pg's ~55 modules again (~0.3 s).
-    package = subprocess.run([sys.executable, "-c", "import metis_pg, os; print(os.path.dirname(metis_pg.__file__))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True)
     home = Path(tempfile.mkdtemp(prefix="metis-startup-", dir="/var/tmp"))  # a short socket path
     env = {**os.environ, "METIS_HOME": str(home)}
     env.pop("METIS_DATABASE_URL", None)
+    codes = {path: {**env, "PYTHONPATH": str(Path(path).resolve())} for path in args.code} or {"": env}
+    packages = {}
+    for code, code_env in codes.items():
+        # Bytecode first, as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on the
+        # developers' machines) every run would otherwise compile metis_pg's ~55 modules again (~0.3 s).
+        packages[code] = subprocess.run([sys.executable, "-c", "import metis_pg, os; print(os.path.dirname("
+                                         "metis_pg.__file__))"], capture_output=True, text=True, check=True,
+                                        env=code_env).stdout.strip()
+        subprocess.run([sys.executable, "-m", "compileall", "-q", packages[code]], check=True)
+    newest = list(codes.values())[-1]
+
+    def each(measure):  # {code: [measure(code's env) for each repeat]}, the codes taking turns
+        results: dict[str, list] = {code: [] for code in codes}
+        for _ in range(args.repeats):
+            for code, code_env in codes.items():
+                results[code].append(measure(code_env))
+        return results
+
+    loads = [os.getloadavg()[0]]
     try:
         folder = home / "docs"
         folder.mkdir()
         for name, text in DOCS.items():
             (folder / name).write_text(text, encoding="utf-8")
-        subprocess.run([*METIS, "db", "upgrade"], env=env, check=True, capture_output=True)
-        subprocess.run([*METIS, "index", str(folder), "--base", "b", "--json"], env=env, check=True,
+        subprocess.run([*METIS, "db", "upgrade"], env=newest, check=True, capture_output=True)
+        subprocess.run([*METIS, "index", str(folder), "--base", "b", "--json"], env=newest, check=True,
                        capture_output=True)
         search = [*METIS, "search", "b", "how many vacation days", "--json"]
-        version = [wall([*METIS, "--version"], env)[0] for _ in range(args.repeats)]
-        imports = {m: [import_ms(m, env) for _ in range(args.repeats)] for m in ("metis_pg.cli", "metis_pg.api")}
+        version = each(lambda e: wall([*METIS, "--version"], e)[0])
+        imports = {m: each(lambda e, m=m: import_ms(m, e)) for m in ("metis_pg.cli", "metis_pg.api")}
 
-        def searches() -> tuple[list[float], list[float]]:
-            walls, took = [], []
-            for _ in range(args.repeats):
-                seconds, out = wall(search, env)
-                walls.append(seconds)
-                took.append(json.loads(out)["took"]["total"] / 1000)
-            return walls, took
+        def search_once(e: dict[str, str]) -> tuple[float, float]:
+            seconds, out = wall(search, e)
+            return seconds, json.loads(out)["took"]["total"] / 1000
 
-        phase_tables: dict[str, dict[str, float]] = {}
-        cpu_tables: dict[str, dict[str, float]] = {}
+        phase_runs: dict[str, dict[str, list]] = {}  # {"keyword, cold": {code: [(wall, cpu), ...]}}
 
-        def phase_runs(held: str) -> None:
+        def phases_of(held: str) -> None:
             if args.phases:
                 for mode in ("keyword", "hybrid"):
-                    key = f"{mode}, {held}"
-                    phase_tables[key], cpu_tables[key] = phases(env, "b", "how many vacation days", mode,
-                                                                args.repeats)
+                    phase_runs[f"{mode}, {held}"] = each(lambda e, mode=mode: phase_run(
+                        e, "b", "how many vacation days", mode))
 
-        phase_runs("cold")
-        cold = searches()  # no other process: each command starts the server and stops it at exit
+        phases_of("cold")
+        cold = each(search_once)  # no other process: each command starts the server and stops it at exit
+        loads.append(os.getloadavg()[0])
         holder = subprocess.Popen([sys.executable, "-c", "import sys, metis_pg; m = metis_pg.connect(); "
-                                   "print('up', flush=True); sys.stdin.read()"], env=env, stdin=subprocess.PIPE,
+                                   "print('up', flush=True); sys.stdin.read()"], env=newest, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout.readline().strip() == "up"
-            warm = searches()
-            phase_runs("held")
+            warm = each(search_once)
+            phases_of("held")
         finally:
             holder.stdin.close()
             holder.wait(60)
+        loads.append(os.getloadavg()[0])
     finally:
-        subprocess.run([*METIS, "db", "stop", "--force"], env=env, capture_output=True)
+        subprocess.run([*METIS, "db", "stop", "--force"], env=newest, capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
 
     med = statistics.median
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"code: {package}")
-    print(f"command: python benchmarks/cli_startup.py --repeats {args.repeats}{' --phases' * args.phases}")
-    print(f"metis --version:                 median {med(version):.2f} s")
-    for module, ms in imports.items():
-        print(f"import {module + ':':<22}   median {med(ms):.0f} ms (python -X importtime)")
-    for label, (walls, took) in (("server up (held elsewhere)", warm), ("server started and stopped", cold)):
-        overhead = [w - t for w, t in zip(walls, took)]
-        print(f"metis search, {label}: wall median {med(walls):.2f} s, search {med(took) * 1000:.0f} ms, "
-              f"overhead median {med(overhead):.2f} s (goal <= 0.3 s quiet)")
-    if phase_tables:
-        print("\nmetis search, by phase, medians in ms (cold: the command starts the server and stops it at exit;"
-              " held: another process holds it):")
-        print(f"{'phase':<28}" + "".join(f"{m:>17}" for m in phase_tables))
-        names = list(max(phase_tables.values(), key=len))  # the hybrid runs have every phase
-        for name in names:
-            print(f"{name:<28}" + "".join(f"{t[name] * 1000:>17.0f}" if name in t else f"{'-':>17}"
-                                           for t in phase_tables.values())
-                  + "   | CPU " + " ".join(f"{t[name] * 1000:>5.0f}" if name in t else f"{'-':>5}"
-                                          for t in cpu_tables.values()))
+          f"load average (1 min) {', '.join(f'{x:.1f}' for x in loads)} (start, midway, end)")
+    print(f"command: python benchmarks/cli_startup.py --repeats {args.repeats}{' --phases' * args.phases}"
+          + "".join(f" --code {c}" for c in args.code))
+    for code in codes:
+        print(f"\ncode: {packages[code]}")
+        print(f"metis --version:                 median {med(version[code]):.2f} s")
+        for module, ms in imports.items():
+            print(f"import {module + ':':<22}   median {med(ms[code]):.0f} ms (python -X importtime)")
+        for label, runs in (("server up (held elsewhere)", warm[code]), ("server started and stopped", cold[code])):
+            walls, took = [w for w, _ in runs], [t for _, t in runs]
+            overhead = [w - t for w, t in runs]
+            print(f"metis search, {label}: wall median {med(walls):.2f} s, search {med(took) * 1000:.0f} ms, "
+                  f"overhead median {med(overhead):.2f} s (goal <= 0.3 s quiet)")
+        if phase_runs:
+            tables = {key: medians([w for w, _ in runs[code]]) for key, runs in phase_runs.items()}
+            cpus = {key: medians([c for _, c in runs[code]]) for key, runs in phase_runs.items()}
+            print("\nmetis search, by phase, medians in ms (cold: the command starts the server and stops it at exit;"
+                  " held: another process holds it):")
+            print(f"{'phase':<28}" + "".join(f"{m:>17}" for m in tables))
+            names = list(max(tables.values(), key=len))  # the hybrid runs have every phase
+            for name in names:
+                print(f"{name:<28}" + "".join(f"{t[name] * 1000:>17.0f}" if name in t else f"{'-':>17}"
+                                               for t in tables.values())
+                      + "   | CPU " + " ".join(f"{t[name] * 1000:>5.0f}" if name in t else f"{'-':>5}"
+                                              for t in cpus.values()))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ One run prints, and writes with ``--json PATH``, for a base of ``--chunks N``
 chunks (default 100,000; 384-d): p50/p95 (ms) of the dense leg alone, the
 keyword leg alone, the fused statement (``sql/search/hybrid.sql``, both legs
 and RRF) and the fused statement with a ``path_prefix`` filter keeping 1% of
-the documents, and with a ``tags_any`` filter keeping another 1%, all through :func:`metis_pg.retrieval.run_search` (top_k 10);
+the documents, and with a ``tags_any`` filter keeping another 1%, all through :func:`metis_pg.retrieval.run_search` (top_k 10,
+the question's terms as ``mark_terms``, as the search pipeline gives them);
 numpy brute-force cosine over the same vectors in the same run; indexing
 throughput without model time through the real write path
 (:func:`metis_pg.storage.write_documents`); and the database size per 1,000
@@ -71,6 +72,8 @@ Usage::
     python benchmarks/search_latency.py --corpus topics                 # bursty topic words, varied lengths
     python benchmarks/search_latency.py --dsn postgresql://...          # an existing database
     python benchmarks/search_latency.py --storage-compare               # + vector/halfvec x storage at 100k
+    python benchmarks/search_latency.py --baseline-statement old_hybrid.sql --baseline-after old_marks.sql
+                                       # + case fused_baseline: another statement (and one run after it)
 
 With no ``--dsn`` the embedded PostgreSQL starts in a temporary folder that is
 deleted at the end. With ``--dsn`` the benchmark works in its own bases
@@ -590,6 +593,9 @@ def time_calls(fn: Callable[[Query], object], queries: Sequence[Query], budget_s
 
 #: Text of another fused statement to time beside sql/search/hybrid.sql (``--baseline-statement``).
 BASELINE_STATEMENT: str | None = None
+#: A statement run after the baseline's on the same connection (``--baseline-after``), with
+#: ``base_ids`` and ``terms``: what the search pipeline ran besides it then.
+BASELINE_AFTER: str | None = None
 
 
 def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Query], budget_s: float,
@@ -620,11 +626,18 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         with (pool if principals is None else behalf_pool).connection() as conn:
             if principals is not None:  # as metis_pg.access.OnBehalf does: under row-level security
                 access.begin_on_behalf(conn, principals)
-            return run_search(
+            # mark_terms: the question's terms, as the search pipeline gives them in every mode (the
+            # statistics of its snippets' marks come with the rows); not to a --baseline-statement,
+            # whose snippet statistics --baseline-after reads, as the pipeline then did.
+            found = run_search(
                 conn, base_ids=list(bases), model=model,
                 query_embedding=q.vector if dense else None, terms=q.terms if keyword else [],
                 top_k=TOP_K, filters=filters or Filters(), statement=statement,
+                mark_terms=q.terms if statement is None else (),
             )
+            if statement is not None and BASELINE_AFTER:
+                conn.execute(BASELINE_AFTER, {"base_ids": list(bases), "terms": list(q.terms)}).fetchall()
+            return found
 
     executor = ThreadPoolExecutor(max_workers=3)
 
@@ -634,7 +647,7 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         def one(b: int):
             with pool.connection() as conn:
                 return run_search(conn, base_ids=[b], model=model, query_embedding=q.vector, terms=q.terms,
-                                  top_k=every_row, legs_top_k=TOP_K, filters=Filters())
+                                  top_k=every_row, legs_top_k=TOP_K, filters=Filters(), mark_terms=q.terms)
 
         answers = list(executor.map(one, bases))
         fused = fuse_bases([a for a, _ in answers], legs_top_k=TOP_K, top_k=TOP_K, rrf_k=60,
@@ -1062,11 +1075,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-statement", type=Path,
                         help="also time this fused statement (e.g. `git show <commit>:sql/search/hybrid.sql`), "
                              "query by query in turn with the others: case fused_baseline")
+    parser.add_argument("--baseline-after", type=Path,
+                        help="with --baseline-statement: also run this statement after it, on the same connection, "
+                             "with base_ids and terms (e.g. `git show c3e55c2~1:sql/search/term_weights.sql`, "
+                             "the snippet marks' statistics the pipeline read apart before c3e55c2)")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark bases (with --dsn)")
     args = parser.parse_args(argv)
-    global BASELINE_STATEMENT
+    global BASELINE_STATEMENT, BASELINE_AFTER
     if args.baseline_statement:
         BASELINE_STATEMENT = args.baseline_statement.read_text(encoding="utf-8")
+    if args.baseline_after:
+        BASELINE_AFTER = args.baseline_after.read_text(encoding="utf-8")
     command = "python benchmarks/search_latency.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     if os.environ.get("PGOPTIONS"):  # server settings tried from the environment are part of the command
         command = f"PGOPTIONS={shlex.quote(os.environ['PGOPTIONS'])} {command}"

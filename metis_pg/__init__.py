@@ -34,13 +34,7 @@ from .errors import (
     UnreadableDocument,
 )
 from .results import (
-    BaseInfo,
     Citation,
-    Fact,
-    FailedDocument,
-    IndexReport,
-    Note,
-    ReembedReport,
     Scores,
     SearchResponse,
     SearchResult,
@@ -94,7 +88,9 @@ __all__ = [
 # `metis --help` and the commands that do not need all of it start fast.
 _LAZY = {
     "Metis": "api", "connect": "api", "BaseSpec": "config", "Settings": "config",
-    # What Metis's methods return, besides metis_pg.results.
+    # What Metis's methods return, besides metis_pg.results (a search's).
+    "BaseInfo": "reports", "Fact": "reports", "FailedDocument": "reports", "IndexReport": "reports",
+    "Note": "reports", "ReembedReport": "reports",
     "CompareResult": "compare", "EvalReport": "evaluation", "SourceInfo": "documents",
     "DocumentInfo": "documents", "DocumentText": "documents", "ReplicaStatus": "replicas",
 }
@@ -106,6 +102,7 @@ if _TYPE_CHECKING:  # pragma: no cover
     from .documents import DocumentInfo, DocumentText, SourceInfo
     from .evaluation import EvalReport
     from .replicas import ReplicaStatus
+    from .reports import BaseInfo, Fact, FailedDocument, IndexReport, Note, ReembedReport
 
 
 def __getattr__(name: str) -> _Any:

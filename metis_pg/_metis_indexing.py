@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from .config import LOCAL_EMBEDDING_MODELS
 from .errors import BaseNotFound, InvalidInput
-from .results import Fact, IndexReport, Note, ReembedReport
 
 if TYPE_CHECKING:  # noqa: SIM114
     from . import access
 if TYPE_CHECKING:  # pragma: no cover
     from . import documents, indexing
+    from .reports import Fact, IndexReport, Note, ReembedReport
 
 __all__ = ["IndexingMethods"]
 

@@ -19,16 +19,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from psycopg_pool import ConnectionPool
 
 from .search_counts import counts_of
-from . import access, db, documents, migrate, replicas, storage
+from . import access, db, migrate, storage
 from ._metis_indexing import IndexingMethods
 from ._metis_search import SearchMethods
 from .config import BASE_KINDS, LOCAL_EMBEDDING_MODELS, BaseSpec, Settings
 from .filters import Filters
 from .errors import BaseNotFound, DatabaseUnavailable, EmbeddingModelUnavailable, InvalidInput
-from .results import BaseInfo, SearchWarning
+from .results import SearchWarning
 from .search import MAX_QUESTION_CHARS, MAX_TOP_K, MODES, check_request, rerank_candidates
 
 if TYPE_CHECKING:  # pragma: no cover
+    from . import replicas
+    from .reports import BaseInfo
     from .models.embed import Embedder
     from .models.rerank import Reranker
     from collections.abc import Callable
@@ -61,7 +63,13 @@ def connect(dsn: str | None = None, *, upgrade: bool = False, settings: Settings
     resolved = db.resolve_dsn(dsn, now)
     if upgrade:
         migrate.upgrade(resolved, settings=now)
-    replicas_ = replicas.parse_urls(read_dsns if read_dsns is not None else now.read_database_urls)
+    read_urls = read_dsns if read_dsns is not None else now.read_database_urls
+    if read_urls:  # imported here: a database without read replicas needs none of it (issue 25)
+        from .replicas import parse_urls
+
+        replicas_ = parse_urls(read_urls)
+    else:
+        replicas_ = []
     metis = Metis(resolved, read_dsns=replicas_, settings=settings)
     try:
         if not upgrade:
@@ -98,8 +106,11 @@ class Metis(IndexingMethods, SearchMethods):
         self.pool = pool or db.Pool(dsn, settings=self.settings, lazy=bool(read_dsns))
         self._embedders: dict[BaseSpec, Embedder] = {}
         self._rerankers: dict[BaseSpec, Reranker | None] = {}
-        self.replicas = (replicas.ReadRouter(self.pool, read_dsns, self.settings, primary_dsn=dsn)
-                         if read_dsns else None)
+        self.replicas: replicas.ReadRouter | None = None
+        if read_dsns:
+            from .replicas import ReadRouter
+
+            self.replicas = ReadRouter(self.pool, read_dsns, self.settings, primary_dsn=dsn)
 
     @property
     def settings(self) -> Settings:
@@ -318,6 +329,8 @@ class Metis(IndexingMethods, SearchMethods):
         Raises:
             BaseNotFound: no such base.
         """
+        from . import documents  # imported here: a search needs none of it (issue 25)
+
         return self._read(lambda pool: documents.list_sources(pool, self._base_row(base, pool)),
                           principals=principals)[0]
 
@@ -339,6 +352,8 @@ class Metis(IndexingMethods, SearchMethods):
         """
         if filters is not None and not isinstance(filters, Filters):
             filters = Filters.from_mapping(filters)
+        from . import documents  # imported here: a search needs none of it (issue 25)
+
         return self._read(lambda pool: documents.list_documents(pool, self._base_row(base, pool), prefix, source,
                                                                 filters), principals=principals)[0]
 
@@ -353,6 +368,8 @@ class Metis(IndexingMethods, SearchMethods):
             InvalidInput: no target, or a malformed one.
             NotFound: a target matches no document, or the document has no such line or page.
         """
+        from . import documents  # imported here: a search needs none of it (issue 25)
+
         return self._read(lambda pool: documents.get_documents(pool, self._base_row(base, pool), targets, source),
                           principals=principals)[0]
 
@@ -363,11 +380,15 @@ class Metis(IndexingMethods, SearchMethods):
         Raises:
             BaseNotFound: no such base. NotFound: no such chunk in it.
         """
+        from . import documents  # imported here: a search needs none of it (issue 25)
+
         return self._read(lambda pool: documents.get_chunk(pool, self._base_row(base, pool), chunk_id),
                           principals=principals)[0]
 
 
 def _base_info(row: dict[str, Any]) -> BaseInfo:
+    from .reports import BaseInfo  # imported here: a search lists no base (issue 25)
+
     notes = row.get("vector_notes") or {}
     missing = row["chunks_without_vector"]
     refused, down = notes.get("refused", 0), notes.get("model_unavailable", 0)

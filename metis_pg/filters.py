@@ -16,12 +16,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .errors import InvalidInput
-from .readers import KINDS
 
 __all__ = ["FILTER_KEYS", "Filters"]
-
-_KIND_NAMES = frozenset(KINDS.values())
-
 
 #: The keys of a filters mapping (``filters=`` of a search, HTTP ``filters``, MCP arguments).
 FILTER_KEYS = ("path_prefix", "exclude_prefixes", "kinds", "sources", "tags_any", "tags_all", "exclude_tags",
@@ -85,9 +81,12 @@ class Filters:
             raise InvalidInput("filters.path_prefix must be a string")
         kinds = _string_tuple(data.get("kinds"), "kinds")
         if kinds is not None:
-            bad = [k for k in kinds if k not in _KIND_NAMES]
+            from .readers import KINDS  # at first use: the readers are no part of a search without --kind
+
+            names = frozenset(KINDS.values())
+            bad = [k for k in kinds if k not in names]
             if bad:
-                raise InvalidInput(f"unknown kind {bad[0]!r}: use {', '.join(sorted(_KIND_NAMES))}")
+                raise InvalidInput(f"unknown kind {bad[0]!r}: use {', '.join(sorted(names))}")
         since = _when(data.get("since"), "since", end_of_day=False)
         until = _when(data.get("until"), "until", end_of_day=True)
         if since is not None and until is not None and since >= until:

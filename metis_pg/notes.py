@@ -13,6 +13,10 @@ write words in one transaction → embed vectors: :func:`metis_pg.indexing.own_d
   one stays (findable) with ``superseded_by`` / ``superseded_at``. A fact
   observed *before* the one that holds its key is stored as already replaced by it.
 
+Each write ends with :func:`metis_pg.storage.maintain` (ANALYZE and VACUUM of the tables due, as
+after an indexing run): ``metis note add`` and ``metis remember`` are CLI commands whose embedded
+server never lives long enough for autovacuum.
+
 When the embedding model does not answer, the note or fact is stored without
 vectors (found by keywords) and the base is ``waiting``; the next
 ``metis index`` embeds it (SPEC F14).
@@ -32,7 +36,7 @@ from .indexing import embed_own, own_document
 from .models.embed import Embedder
 from .readers import markdown
 from .readers.document import Document, Section
-from .results import Fact, Note
+from .reports import Fact, Note
 from .tokenizer import fold
 
 __all__ = [
@@ -110,6 +114,7 @@ def add_note(pool: db.Pool, settings: Settings, base: storage.BaseRow, embedder:
     with pool.connection() as conn:
         _write(conn, base, source_id, pending)
     embed_own(pool, settings, base, embedder, document_id)
+    storage.maintain(pool)  # the tables due (one query when none is: storage.maintenance)
     return document_id
 
 
@@ -138,6 +143,7 @@ def delete_note(pool: db.Pool, base: storage.BaseRow, note_id: int) -> None:
         if row is None or row[0]:
             raise NotFound(f"base {base.name!r} has no note {note_id} (`metis note list {base.name}`)")
         storage.delete_document(conn, base.base_id, note_id)
+    storage.maintain(pool)
 
 
 # -- facts -------------------------------------------------------------------
@@ -237,6 +243,7 @@ def remember(
             "superseded_by": replaced_by[0] if replaced_by else None,
             "superseded_at": replaced_by[1] if replaced_by else None})
     embed_own(pool, settings, base, embedder, document_id)
+    storage.maintain(pool)  # the tables due (one query when none is: storage.maintenance)
     return document_id
 
 

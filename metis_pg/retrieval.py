@@ -19,7 +19,6 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
-from .chunking import embedding_text
 from .filters import Filters
 from .snippets import weighing_terms
 
@@ -211,12 +210,18 @@ def _inline_call(statement: str, call: str, alias: str, body: str) -> str:
     return statement[:start] + f"    FROM ({body}\n    ) AS {alias}\n" + statement[end:]
 
 
+#: The dense scan's base filter in sql/search/hybrid.sql (an equality for one base).
+_ONE_BASE_FILTER = """AND CASE WHEN cardinality(%(base_ids)s::int[]) = 1 THEN e.base_id = (%(base_ids)s::int[])[1]
+                       ELSE e.base_id = ANY(%(base_ids)s::int[]) END"""
+
+
 @lru_cache(maxsize=2)
 def hybrid_statement(citus: bool) -> str:
     """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the statements of the keyword
     leg (the body of ``bm25_top_k``, sql/search/bm25_top_k.v5.sql) and of the complete scores
     (``sql/citus/complete_scores.sql``, bm25_chunk_scores's statement without its LATERAL outer
-    join) in place of the functions' calls.
+    join) in place of the functions' calls, and the dense scan's base filter a plain ``= ANY``
+    (:data:`_ONE_BASE_FILTER`, which Citus could not prune shards by).
 
     Citus routes a statement of one base to the worker holding it (a router query) only when it
     can send it whole; a call of either function cannot be sent (the function's own statement would
@@ -228,6 +233,10 @@ def hybrid_statement(citus: bool) -> str:
     hybrid = sqlfiles.load("search/hybrid")
     if not citus:
         return hybrid
+    # The dense scan's base filter as Citus prunes shards by it: a plain = ANY, not the CASE that the
+    # planner of one node folds to an equality for one base (cheaper on every row).
+    assert hybrid.count(_ONE_BASE_FILTER) == 1, "hybrid.sql's dense base filter changed"
+    hybrid = hybrid.replace(_ONE_BASE_FILTER, "AND e.base_id = ANY(%(base_ids)s::int[])")
     functions = sqlfiles.load("search/bm25_top_k.v5")
     keyword = _function_body(functions, "bm25_top_k", _KEYWORD_ARGUMENTS)
     hybrid = _inline_call(hybrid, "bm25_top_k", "k", keyword)
@@ -254,6 +263,7 @@ def phrase_chunks(conn: psycopg.Connection, base_ids: Sequence[int], phrases: Se
     at most `limit` per phrase); their text is then matched here, where :func:`metis_pg.tokenizer.fold`
     is.
     """
+    from .chunking import embedding_text  # at first use: a search without a phrase needs no chunker (issue 25)
     from .query_syntax import phrase_pattern
     from .tokenizer import fold, query_terms
 

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 from psycopg_pool import ConnectionPool
 
 from . import fusion as fusion_functions, query_syntax, retrieval, sqlfiles, storage
-from .chunking import embedding_text
 from .config import FUSION_FIELDS, BaseSpec, fusion_problem
 from .filters import Filters
 from .errors import EmbeddingModelUnavailable, InvalidInput, RerankerUnavailable
@@ -305,6 +304,8 @@ class SearchPipeline:
         reranked = False
         rerank_ms = 0.0
         if reranker_spec is not None and candidates:
+            from .chunking import embedding_text  # at first use: a search without reranker needs no chunker (issue 25)
+
             t0 = time.perf_counter()
             head, tail = candidates[:rerank_candidates(top_k)], candidates[rerank_candidates(top_k):]
             try:

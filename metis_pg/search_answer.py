@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import fusion as fusion_functions
 from .config import FUSION_FIELDS, BaseSpec
-from .readers.document import line_at
 from .results import Citation, Scores, SearchResponse, SearchResult
 from .retrieval import Candidate
 from .snippets import marks, snippet_at
+from .source_lines import line_at
 from .tokenizer import query_terms
 
 if TYPE_CHECKING:

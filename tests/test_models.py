@@ -426,11 +426,12 @@ def slow_embeddings(seconds_per_text: list[float]) -> Callable[[str, Any], Any]:
 
 
 def test_requests_to_a_slow_service_are_sized_to_fit_half_the_timeout(serve):
-    # 0.05 s per text and a 0.5 s timeout: a request of more than 5 texts would be expected
+    # 0.1 s per text and a 1 s timeout: a request of more than 5 texts would be expected
     # to take over half the timeout, more than 10 to time out (issue 13: `metis eos serve`
     # took ~25 s for 32 passages, with a 10 s timeout: a waiting base never recovered).
-    service = serve(slow_embeddings([0.05]))
-    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=0.5, embedding_batch_size=32), settings=Settings.from_env())
+    # (At 0.05 s and 0.5 s a busy CI machine's own delay timed a request of 3 out: sent twice.)
+    service = serve(slow_embeddings([0.1]))
+    embedder = RemoteEmbedder(embed_spec(service.url, model_timeout_s=1.0, embedding_batch_size=32), settings=Settings.from_env())
     out = embedder.embed_passages([f"t{i}" for i in range(24)])
     sizes = [len(body["input"]) for _, _, body in service.requests]
     assert sizes[0] == 1 and sum(sizes) == 24

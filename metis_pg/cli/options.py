@@ -73,10 +73,16 @@ def metadata_filters(tag: list[str] | None, tags_all: str | None, exclude_tag: l
 
 
 def open_metis(dsn: str | None, *, upgrade: bool = False) -> "Metis":
-    """Connect to the database (`dsn`, else the embedded server); `upgrade` brings its schema to head first."""
-    from ..api import connect  # imported here: `metis --help` needs none of it
+    """Connect to the database (`dsn`, else the embedded server); `upgrade` brings its schema to head first.
 
-    return connect(dsn, upgrade=upgrade)
+    The environment's settings are read once, here (the command's entry point), and handed down: a
+    :class:`~metis_pg.Metis` given none reads them again at each use (~1.5 ms of CPU each, three
+    times in a search; issue 25).
+    """
+    from ..api import connect  # imported here: `metis --help` needs none of it
+    from ..config import Settings
+
+    return connect(dsn, upgrade=upgrade, settings=Settings.from_env())
 
 
 def fusion_option(weights: str | None, rrf_k: int | None) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..api import Metis
-    from ..results import IndexReport
+    from ..reports import IndexReport
     from .render import Renderer
 
 __all__ = ["index_with_progress", "reindex_with_progress", "count_bar", "TimeLeftColumn", "LINE_INTERVAL_S"]

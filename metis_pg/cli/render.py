@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
     from ..compare import CompareResult
-    from ..results import IndexReport, SearchResponse
+    from ..reports import IndexReport
+    from ..results import SearchResponse
 
 __all__ = ["Renderer", "ClosedPipe", "renderer", "visible", "marked_snippet", "SPEC"]
 

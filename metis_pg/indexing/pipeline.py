@@ -61,7 +61,7 @@ from ..errors import (
 from ..disk_space import BYTES_PER_VECTOR, DiskGuard
 from ..models.embed import Embedder
 from ..readers import display_path
-from ..results import FailedDocument, IndexReport
+from ..reports import FailedDocument, IndexReport
 from ..tokenizer import TOKENIZER_VERSION
 from . import sources, vectors
 from .reading import read_file
@@ -130,7 +130,9 @@ def index_paths(
     Phase 1 writes the words of every new or changed document (searchable by
     keyword batch by batch), phase 2 then embeds every chunk of the base without
     a vector (module docstring). The base shows ``indexing`` throughout, then
-    ``ready``, or ``waiting`` when the model did not answer.
+    ``ready``, or ``waiting`` when the model did not answer. After each phase that wrote,
+    the tables autovacuum's rule says are due are ANALYZEd and VACUUMed
+    (:func:`metis_pg.storage.maintain`; its time is in the report's ``seconds``).
 
     A folder is a source (named after it unless `source_name`); its documents that
     are gone from it are deleted, except those under a folder that could not be
@@ -252,6 +254,13 @@ def index_paths(
                         f" version {spec.tokenizer_version}: `metis index --base {base.name}` re-tokenizes every folder"
                     )
 
+        # The words written: statistics and bm25_terms' dead row versions kept now, not left to an
+        # autovacuum that a CLI command's embedded server never lives to see (storage.maintenance):
+        # keyword searches run on them while phase 2 embeds. The due rule keeps a small run's cost
+        # at one query.
+        if run.counts["new"] or run.counts["changed"] or run.counts["deleted"]:
+            storage.maintain(pool)
+
         # Phase 2 (meaning): every chunk of the base without a vector, this run's and earlier ones'.
         if embedder is not None:
             refused: dict[int, tuple[int, str]] = {}
@@ -271,6 +280,8 @@ def index_paths(
             refusal = vectors.refusal_warning(pool, refused)
             if refusal is not None:
                 run.warnings.append(refusal)
+            if run.counts["chunks_embedded"] or refused:  # embeddings, vector_notes (as after phase 1)
+                storage.maintain(pool)
 
         with pool.connection() as conn:
             missing = storage.count_chunks_without_vector(conn, base.base_id, spec.fingerprint)

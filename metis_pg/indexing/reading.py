@@ -22,7 +22,7 @@ from ..config import BaseSpec, Settings
 from ..errors import DatabaseUnavailable, UnreadableDocument
 from ..readers import budget_left, display_path, kind_of, read_document, read_file_once, time_budget, versioned_hash
 from ..readers.document import Document
-from ..results import FailedDocument
+from ..reports import FailedDocument
 from . import sources
 from .run import Run
 

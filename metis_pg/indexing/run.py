@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .. import db, storage
 from ..disk_space import BYTES_PER_CHUNK, DiskGuard
 from ..errors import DiskFull
-from ..results import FailedDocument
+from ..reports import FailedDocument
 
 __all__ = ["BATCH_CHUNKS", "BATCH_SECONDS", "Batch", "Run"]
 

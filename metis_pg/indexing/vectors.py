@@ -19,9 +19,8 @@ from .. import db, storage
 from ..chunking import embedding_text
 from ..config import BaseSpec
 from ..errors import EmbeddingModelUnavailable, MetisError
-from ..models._http import RemoteStatus
 from ..models.embed import PASSAGES_DONE, Embedder
-from ..results import ReembedReport
+from ..reports import ReembedReport
 
 __all__ = ["EmbedProgress", "Embedded", "embed_batches", "embed_missing", "reembed"]
 
@@ -187,6 +186,8 @@ def _embed_bisecting(embedder: Embedder, texts: list[str], passages_done: Callab
 def refused_by_model(exc: BaseException) -> bool:
     """True when the model answered, refusing the request (HTTP 4xx but 408, 429): sent again, the
     same texts would be refused again; fewer of them may not be."""
+    from ..models._http import RemoteStatus  # here: only a remote model's client (httpx) raises it (issue 25)
+
     cause = exc.__cause__
     return isinstance(cause, RemoteStatus) and 400 <= cause.status < 500 and cause.status not in (408, 429)
 
@@ -305,6 +306,7 @@ def reembed(
             deleted = storage.delete_other_vectors(conn, base.base_id, model)
             missing = storage.chunks_without_vector(conn, base.base_id, model, 1)
             storage.set_status(conn, base.base_id, "waiting" if missing else "ready")
+    storage.maintain(pool)  # a whole base's vectors written and as many deleted (storage.maintenance)
     return ReembedReport(
         base=base.name, old_model=old_model, new_model=model, chunks_embedded=done,
         vectors_deleted=deleted, seconds=time.perf_counter() - started,

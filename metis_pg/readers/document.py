@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..source_lines import line_at  # re-exported: where the readers' sections are described
 from .metadata import Metadata
 
 __all__ = ["Section", "Document", "line_at"]
@@ -81,23 +82,3 @@ class Document:
     text: str
     warnings: tuple[str, ...] = ()
     meta: Metadata = field(default_factory=Metadata)
-
-
-def line_at(text: str, line: int | None, line_map: tuple[int, ...], offset: int) -> int | None:
-    """Return the source line of ``text[offset]`` (see :attr:`Section.line_map`); None when ``line`` is None.
-
-    Args:
-        text: a section's or a chunk's text.
-        line: the line where ``text`` starts.
-        line_map: flattened ``(offset, line)`` pairs, offsets increasing (may be empty).
-        offset: characters into ``text``; clamped to ``[0, len(text)]``.
-    """
-    if line is None:
-        return None
-    offset = max(0, min(offset, len(text)))
-    anchor, at = 0, line
-    for i in range(0, len(line_map) - 1, 2):
-        if line_map[i] > offset:
-            break
-        anchor, at = line_map[i], line_map[i + 1]
-    return at + text.count("\n", anchor, offset)

@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from .. import sqlfiles
 from ..chunking import Chunk, chunk_terms
 from .locks import lock_base
+from .maintenance import flush_statistics
 from .postings import BLOCK_CHUNKS, PostingColumns, add_totals, place_batch, write_postings
 from .vectors import copy_vectors, text_hash
 
@@ -117,6 +118,7 @@ def delete_document(conn: psycopg.Connection, base_id: int, document_id: int) ->
         lock_base(conn, base_id)
         conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
         _delete_document_rows(conn, base_id, document_id)
+    flush_statistics(conn)  # the table upkeep at the end of the run counts these rows (storage.maintenance)
 
 
 def write_document(
@@ -199,6 +201,7 @@ def write_documents(
                 for d, document_id, ids in zip(documents, document_ids, placed) if d.vectors is not None
                 for chunk_id, chunk, v in zip(ids, d.chunks, d.vectors) if v is not None
             ])
+    flush_statistics(conn)  # the table upkeep at the end of the run counts these rows (storage.maintenance)
     return document_ids
 
 

@@ -14,6 +14,7 @@ from .. import sqlfiles
 from ..chunking import embedding_text
 from ..errors import InvalidInput
 from .locks import lock_base
+from .maintenance import flush_statistics
 
 __all__ = [
     "copy_vectors", "halfvec_binary", "text_hash", "vectors_of_texts", "chunks_without_vector", "count_chunks_without_vector", "write_vectors",
@@ -162,6 +163,7 @@ def write_vectors(conn: psycopg.Connection, base_id: int, model: str,
                      (base_id, model, ids))
         note_vectors(conn, base_id, model, [(c, "cut", f"cut to {max_chars} characters") for c in cut if c in live],
                      max_chars)
+    flush_statistics(conn)  # the table upkeep at the end of the run counts these rows (storage.maintenance)
 
 
 def reusable_vectors(conn: psycopg.Connection, base_id: int, document_id: int, model: str
@@ -195,6 +197,8 @@ def delete_other_vectors(conn: psycopg.Connection, base_id: int, model: str) -> 
         lock_base(conn, base_id)
         conn.execute("SET LOCAL statement_timeout = 0")  # a bulk delete under the lock: work, not a wait
         conn.execute("DELETE FROM vector_notes WHERE base_id = %s AND model <> %s", (base_id, model))
-        return conn.execute(
+        deleted = conn.execute(
             "DELETE FROM embeddings WHERE base_id = %s AND model <> %s", (base_id, model)
         ).rowcount
+    flush_statistics(conn)  # the table upkeep after the re-embedding counts these rows (storage.maintenance)
+    return deleted

@@ -143,7 +143,11 @@ dense_read AS MATERIALIZED (
             SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
             FROM embeddings AS e
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND %(unfiltered)s::boolean
-              AND e.base_id = ANY(%(base_ids)s::int[])
+              -- One base (the search pipeline's statement per base): an equality, which the planner
+              -- folds the CASE to; compared on every row, = ANY of a one-element array costs about
+              -- twice as much (docs/performance.md).
+              AND CASE WHEN cardinality(%(base_ids)s::int[]) = 1 THEN e.base_id = (%(base_ids)s::int[])[1]
+                       ELSE e.base_id = ANY(%(base_ids)s::int[]) END
               -- The model's name is compared row by row only when the bases hold vectors of another
               -- model too (a switch of model under way): two probes of ix_embeddings_base_model, run
               -- once (an InitPlan) before the scan; comparing the text of every row costs about a
@@ -373,33 +377,36 @@ marking AS MATERIALIZED (
                               AND bt.term = ANY(%(mark_terms)s::text[])
     WHERE tot.base_id = ANY(%(base_ids)s::int[]) AND cardinality(%(mark_terms)s::text[]) > 0
     GROUP BY tot.base_id, tot.chunk_count
-),
-legs_done AS (
-    SELECT (SELECT max(done_at) FROM dense) AS dense_done_at,
-           (SELECT max(done_at) FROM keyword) AS keyword_done_at
 )
+-- The final fetch joins three relations (the fused rows, their chunks and their documents); the
+-- rest are scalar sub-selects of one row each (a document's source and base, its fact, its base's
+-- marking) or InitPlans (the legs' stamps). PostgreSQL plans a join by trying the orders of its
+-- relations: the join of eight it replaces (with sources, bases, facts, marking and the stamps)
+-- took about 2 ms more planning at every search, in every mode, for the same rows
+-- (docs/performance.md).
 SELECT f.chunk_id, f.dense, f.dense_rank, f.keyword, f.keyword_rank, f.fused,
        f.share, f.absent_share, f.bm25_ratio,
        c.text, c.title, c.headings, c.page, c.line, c.char_start, c.char_end, c.line_end, c.line_map,
        c.page_label, c.col,
-       doc.document_id, doc.path AS document, doc.kind, src.name AS source, b.name AS base,
+       doc.document_id, doc.path AS document, doc.kind,
+       (SELECT src.name FROM sources AS src WHERE src.source_id = doc.source_id) AS source,
+       (SELECT b.name FROM bases AS b WHERE b.base_id = doc.base_id) AS base,
        doc.tags, doc.author, coalesce(doc.date, doc.modified_at) AS document_date,
-       CASE WHEN fa.document_id IS NULL THEN NULL ELSE fa.superseded_by IS NULL END AS holds,
-       marking.dfs AS term_dfs, marking.chunk_count AS base_chunks,
-       statement_timestamp() AS started_at, legs_done.dense_done_at, legs_done.keyword_done_at,
+       (SELECT fa.superseded_by IS NULL FROM facts AS fa
+        WHERE fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = doc.base_id
+          AND fa.document_id = doc.document_id) AS holds,
+       (SELECT m.dfs FROM marking AS m WHERE m.base_id = doc.base_id) AS term_dfs,
+       (SELECT m.chunk_count FROM marking AS m WHERE m.base_id = doc.base_id) AS base_chunks,
+       statement_timestamp() AS started_at,
+       (SELECT max(done_at) FROM dense) AS dense_done_at,
+       (SELECT max(done_at) FROM keyword) AS keyword_done_at,
        clock_timestamp() AS finished_at
--- Every join carries base_id (the distribution column under Citus, docs/scaling.md), and every
--- distributed table is filtered by the bases searched itself (Citus prunes shards by a table's own
--- filter, not by one it is joined to): with one base searched, each table is read on one shard and
--- the statement is a router query.
+-- Every join and sub-select carries base_id (the distribution column under Citus, docs/scaling.md),
+-- and every distributed table is filtered by the bases searched itself (Citus prunes shards by a
+-- table's own filter, not by one it is joined to): with one base searched, each table is read on one
+-- shard and the statement is a router query (sources and bases are reference tables).
 FROM fused AS f
 JOIN chunks AS c ON c.base_id = ANY(%(base_ids)s::int[]) AND c.chunk_id = f.chunk_id
 JOIN documents AS doc ON doc.base_id = ANY(%(base_ids)s::int[]) AND doc.base_id = c.base_id
                      AND doc.document_id = c.document_id
-JOIN sources AS src ON src.source_id = doc.source_id
-JOIN bases AS b ON b.base_id = doc.base_id
-LEFT JOIN facts AS fa ON fa.base_id = ANY(%(base_ids)s::int[]) AND fa.base_id = doc.base_id
-                     AND fa.document_id = doc.document_id
-LEFT JOIN marking ON marking.base_id = doc.base_id
-CROSS JOIN legs_done
 ORDER BY f.fused DESC, f.chunk_id
