@@ -159,3 +159,16 @@ def test_an_upkeep_the_database_refuses_is_a_warning_not_a_failed_run(own_databa
     assert (done.analyzed, done.vacuumed) == ((), ())
     assert done.warnings == ("statistics not refreshed: could not connect to PostgreSQL: the server is not running",)
     assert "statistics not refreshed" in caplog.text
+
+
+def test_notes_and_facts_keep_the_statistics_too(own_database, hash_url):
+    """``metis note add`` and ``metis remember`` are CLI commands too: their writes end with the upkeep."""
+    with metis_pg.Metis(own_database) as m:
+        m.create_base("mem", kind="memory", embedding_model="hash-words", embedding_url=hash_url, embedding_dim=64)
+        m.remember("mem", "The kiln runs at 1,200 degrees on Mondays.", key="kiln")
+        first = table_state(own_database)
+        for table in ("documents", "chunks", "bm25_terms", "facts"):
+            assert first[table]["last_analyze"] is not None, table  # never analyzed: due at once
+        for i in range(5):  # a few more: far below the thresholds now
+            m.remember("mem", f"The kiln runs at {1200 + i} degrees on Mondays.", key="kiln")
+        assert table_state(own_database)["chunks"]["last_analyze"] == first["chunks"]["last_analyze"]
