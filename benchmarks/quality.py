@@ -56,7 +56,7 @@ err = Console(stderr=True)
 #: Dense shares the settings are fitted over (0 = keyword only, 1 = dense only).
 #: 1/3 and 2/3 are RRF 1:2 and 2:1.
 SHARES = tuple(sorted({round(i / 20, 2) for i in range(21)} | {1 / 3, 2 / 3}))
-FUNCTIONS = ("rrf", "tmm", "minmax")
+FUNCTIONS = ("rrf", "tmm", "minmax", "z")
 #: RRF constants the settings are fitted over (rrf only). 60 (Cormack et al.'s and SPEC F7's)
 #: comes first, so that a tie keeps it.
 RRF_KS = (60, 5, 10, 20, 30, 100)

@@ -117,7 +117,9 @@ class BaseSpec:
             (1 - alpha) * N(BM25)`` of the candidates' complete scores normalized by
             `normalization` (Bruch, Gai & Ingber, ACM TOIS 2023).
         normalization: convex only: ``"tmm"`` (from the theoretical minimum, cosine -1 and BM25 0,
-            to the candidates' best: the paper's TM2C2) or ``"minmax"`` (over the candidates).
+            to the candidates' best: the paper's TM2C2), ``"minmax"`` (over the candidates) or ``"z"``
+            (each score standardized by the mean and standard deviation of its own leg's list,
+            Montague & Aslam, CIKM 2001; ``metis_pg.fusion``).
         alpha: convex only: the dense leg's share, 0 to 1.
             Defaults: ``rrf`` with weights 1.2 : 0.8 (a dense share of .60) without routing and
             with copies collapsed, as leave-one-set-out cross-validation over ten sets that include

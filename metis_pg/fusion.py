@@ -13,7 +13,13 @@ BM25) and each leg's own rank (None when that leg did not keep it). The dense le
   ``minmax`` ``N(x) = (x - min) / (max - min)`` over the candidates (1 when all are equal and
   BM25 > 0), or ``tmm`` (the paper's TM2C2) ``N(x) = (x - inf) / (max - inf)`` from each
   score's theoretical infimum (cosine -1, BM25 0) to the candidates' best. A missing score
-  (a chunk without a vector yet; a leg switched off) counts 0.
+  (a chunk without a vector yet; a leg switched off) counts 0. Or ``z``, each score standardized
+  by its own leg's list: ``N(x) = (x - mean) / sd``, mean and population standard deviation of
+  the scores of the candidates that leg ranked (sd 0: 1; no such candidate: mean 0, sd 1); a
+  missing score counts -3 (three deviations below the leg's mean). z-score normalization is the
+  "standard" normalization of Montague & Aslam, "Relevance Score Normalization for Metasearch"
+  (CIKM 2001), and of Bruch, Gai & Ingber §4; unlike min-max it does not stretch the small spread
+  of a narrow cosine range over [0, 1] (issue 20, docs/quality.md).
 
 :func:`fuse` is the same arithmetic in Python, for the evaluation of many settings from one
 statement's candidates (``benchmarks/quality.py``); ``tests/test_fusion_functions.py`` checks
@@ -42,7 +48,7 @@ FUSION_FIELDS = ("fusion", "normalization", "alpha", "routing", "rrf_k", "dense_
 COLLAPSE_COPIES = True
 #: Fusion functions (``BaseSpec.fusion``) and the normalizations of ``convex``.
 FUSION_FUNCTIONS = ("rrf", "convex")
-NORMALIZATIONS = ("tmm", "minmax")
+NORMALIZATIONS = ("tmm", "minmax", "z")
 
 
 def fusion_problem(fusion: Any = "rrf", normalization: Any = "tmm", alpha: Any = 0.5, routing: Any = False,
@@ -50,7 +56,7 @@ def fusion_problem(fusion: Any = "rrf", normalization: Any = "tmm", alpha: Any =
                    collapse_copies: Any = COLLAPSE_COPIES) -> str | None:
     """Return what is wrong with these fusion parameters, or None when they are valid.
 
-    fusion: ``rrf`` or ``convex``; normalization: ``tmm`` or ``minmax``; alpha: a number from
+    fusion: ``rrf`` or ``convex``; normalization: ``tmm``, ``minmax`` or ``z``; alpha: a number from
     0 to 1; routing: true or false; rrf_k: a whole number from 1 to 10,000; each weight: a
     finite number >= 0, not both 0; collapse_copies: true or false.
     """
@@ -136,6 +142,8 @@ def fuse(cands: Sequence[Scored], fusion: str, share: float, *, normalization: s
     if fusion == "rrf":
         wd, wk = weight_sum * share, weight_sum * (1 - share)
         return [(wd / (rrf_k + dr) if dr else 0.0) + (wk / (rrf_k + kr) if kr else 0.0) for _, dr, _, kr, _ in cands]
+    if normalization == "z":
+        return _z_fuse(cands, share)
     dense = [c[0] for c in cands if c[0] is not None]
     keyword = [c[2] for c in cands if c[2] is not None]
     dmin, dmax = (min(dense), max(dense)) if dense else (None, None)
@@ -150,3 +158,20 @@ def fuse(cands: Sequence[Scored], fusion: str, share: float, *, normalization: s
             nk = 0.0 if k is None or not kmax else k / kmax
         out.append(share * nd + (1 - share) * nk)
     return out
+
+
+def _leg_stats(scores: list[float]) -> tuple[float, float]:
+    """Mean and population standard deviation (0: 1) of one leg's own list; empty: (0, 1)."""
+    if not scores:
+        return 0.0, 1.0
+    mean = sum(scores) / len(scores)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in scores) / len(scores))
+    return mean, sd or 1.0
+
+
+def _z_fuse(cands: Sequence[Scored], share: float) -> list[float]:
+    """``share * z(cosine) + (1 - share) * z(BM25)``, each z over the leg's own list; missing: -3."""
+    dmean, dsd = _leg_stats([d for d, dr, _, _, _ in cands if dr and d is not None])
+    kmean, ksd = _leg_stats([k for _, _, k, kr, _ in cands if kr and k is not None])
+    return [share * (-3.0 if d is None else (d - dmean) / dsd) + (1 - share) * (-3.0 if k is None else (k - kmean) / ksd)
+            for d, _, k, _, _ in cands]

@@ -91,8 +91,8 @@ def check_request(names: Sequence[str], question: str, top_k: int, mode: str = "
 def check_fusion(fusion: dict[str, Any] | None) -> dict[str, Any]:
     """Check a search's override of its bases' fusion parameters; return it (a new dict, {} for None).
 
-    `fusion` holds any of ``fusion`` (``rrf`` or ``convex``), ``normalization`` (``tmm`` or
-    ``minmax``), ``alpha`` (0 to 1), ``routing`` (true/false), ``rrf_k`` (1 to 10,000),
+    `fusion` holds any of ``fusion`` (``rrf`` or ``convex``), ``normalization`` (``tmm``,
+    ``minmax`` or ``z``), ``alpha`` (0 to 1), ``routing`` (true/false), ``rrf_k`` (1 to 10,000),
     ``dense_weight`` and ``keyword_weight`` (finite, >= 0, not both 0), as
     :class:`~metis_pg.config.BaseSpec` checks them.
 

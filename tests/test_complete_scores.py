@@ -133,7 +133,8 @@ def test_legs_cut_short_still_give_complete_scores_and_their_own_ranks(metis, kb
 
 @pytest.mark.parametrize(("name", "normalization", "share"), [
     ("rrf", "tmm", 2 / 3), ("rrf", "tmm", 0.2), ("convex", "tmm", 0.5), ("convex", "tmm", 0.8),
-    ("convex", "minmax", 0.5), ("convex", "minmax", 0.1),
+    ("convex", "minmax", 0.5), ("convex", "minmax", 0.1), ("convex", "z", 0.5), ("convex", "z", 0.65),
+    ("convex", "z", 0.1),
 ])
 def test_the_statement_fuses_as_metis_pg_fusion_does(metis, kb, name, normalization, share):
     model = f"{hash_embedder.MODEL}:{hash_embedder.DIM}"
@@ -151,6 +152,58 @@ def test_the_statement_fuses_as_metis_pg_fusion_does(metis, kb, name, normalizat
             assert c.fused == pytest.approx(f, abs=1e-9), (question, c.chunk_id)
         order = sorted(range(len(cands)), key=lambda i: (-fused[i], cands[i][4]))
         assert [cands[i][4] for i in order] == [c.chunk_id for c in found], question
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword"])
+def test_z_fusion_standardizes_each_score_by_its_own_legs_list(metis, kb, mode):
+    """normalization z, computed here with numpy from the statement's candidates: share * (cos - mean)
+    / sd + (1 - share) * (bm25 - mean) / sd, mean and population sd over the candidates that leg
+    ranked, a missing score -3 (keyword mode: no cosine at all)."""
+    model = f"{hash_embedder.MODEL}:{hash_embedder.DIM}"
+    share = 0.65
+    plan = fusion.Plan(fusion="convex", normalization="z", rrf_k=60, weight_sum=2.0, dense_share=share,
+                       route_absent=0.0, route_weak=0.0, weak_ratio=0.0, fired=())
+    for question in QUESTIONS:
+        vector = hash_embedder.HashEmbedder().embed_queries([question])[0] if mode == "hybrid" else None
+        with metis.pool.connection() as conn:
+            found, _ = retrieval.run_search(
+                conn, base_ids=[kb.row.base_id], model=model, query_embedding=vector, terms=query_terms(question),
+                top_k=100, legs_top_k=1, filters=retrieval.Filters(), plan=plan)
+        assert found, question
+
+        def z(scores: list, ranks: list) -> np.ndarray:
+            own = np.array([x for x, r in zip(scores, ranks) if r is not None and x is not None], dtype=np.float64)
+            mean, sd = (own.mean(), own.std() or 1.0) if len(own) else (0.0, 1.0)
+            return np.array([-3.0 if x is None else (x - mean) / sd for x in scores])
+
+        dense, keyword = [c.dense for c in found], [c.keyword for c in found]
+        if mode == "keyword":
+            assert all(d is None for d in dense)
+        fused = share * z(dense, [c.dense_rank for c in found]) + (1 - share) * z(keyword, [c.keyword_rank for c in found])
+        assert [c.fused for c in found] == pytest.approx(list(fused), abs=1e-9), question
+        order = sorted(range(len(found)), key=lambda i: (-fused[i], found[i].chunk_id))
+        assert [found[i].chunk_id for i in order] == [c.chunk_id for c in found], question
+
+
+def test_a_search_may_ask_for_z_and_a_base_may_keep_it(metis, kb):
+    """normalization z per search (Python) is what the statement fuses with, and is echoed."""
+    answer = metis.search(kb.name, "firmware restore factory default", top_k=10,
+                          fusion={"fusion": "convex", "normalization": "z", "alpha": 0.65, "routing": False})
+    echo = answer.to_dict()["fusion"]
+    assert (echo["fusion"], echo["normalization"], echo["alpha"]) == ("convex", "z", 0.65)
+    model = f"{hash_embedder.MODEL}:{hash_embedder.DIM}"
+    plan = fusion.Plan(fusion="convex", normalization="z", rrf_k=60, weight_sum=2.0, dense_share=0.65,
+                       route_absent=0.0, route_weak=0.0, weak_ratio=0.0, fired=())
+    question = "firmware restore factory default"
+    with metis.pool.connection() as conn:
+        found, _ = retrieval.run_search(
+            conn, base_ids=[kb.row.base_id], model=model,
+            query_embedding=hash_embedder.HashEmbedder().embed_queries([question])[0], terms=query_terms(question),
+            top_k=10, legs_top_k=10, filters=retrieval.Filters(), plan=plan)
+    assert [r.chunk_id for r in answer.results] == [c.chunk_id for c in found]
+    assert BaseSpec(normalization="z", fusion="convex").normalization == "z"
+    with pytest.raises(Exception, match="normalization"):
+        BaseSpec(normalization="zscore", fusion="convex")
 
 
 def test_the_answer_says_which_fusion_and_route(metis, kb):
@@ -230,3 +283,10 @@ def test_http_takes_the_same_syntax(metis, kb, tmp_path_factory):
                                               "fusion": {"fusion": "convex", "alpha": 0.4}})
         assert convex.status_code == 200, convex.text
         assert convex.json()["fusion"]["alpha"] == 0.4
+        z = client.post("/search", json={"bases": kb.name, "question": "router",
+                                         "fusion": {"fusion": "convex", "normalization": "z", "alpha": 0.65}})
+        assert z.status_code == 200, z.text
+        assert (z.json()["fusion"]["normalization"], z.json()["fusion"]["alpha"]) == ("z", 0.65)
+        bad = client.post("/search", json={"bases": kb.name, "question": "router",
+                                           "fusion": {"fusion": "convex", "normalization": "zscore"}})
+        assert bad.status_code == 400, bad.text

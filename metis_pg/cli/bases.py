@@ -42,7 +42,7 @@ def base_create(
     fusion: Annotated[Optional[str], typer.Option(
         help=f"Fusion function: rrf or convex. Default {SPEC.fusion}.")] = None,
     normalization: Annotated[Optional[str], typer.Option(
-        help=f"convex: tmm or minmax. Default {SPEC.normalization}.")] = None,
+        help=f"convex: tmm, minmax or z. Default {SPEC.normalization}.")] = None,
     alpha: Annotated[Optional[float], typer.Option(
         help=f"convex: the dense leg's share (0-1). Default {SPEC.alpha:g}.")] = None,
     routing: Annotated[Optional[bool], typer.Option(

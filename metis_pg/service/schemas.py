@@ -91,7 +91,7 @@ class FusionIn(_Body):
 
     fusion: Literal["rrf", "convex"] | None = Field(
         None, description=f"fusion function; default the base's ({_SPEC.fusion} unless set at creation)")
-    normalization: Literal["tmm", "minmax"] | None = Field(
+    normalization: Literal["tmm", "minmax", "z"] | None = Field(
         None, description=f"convex: score normalization; default the base's ({_SPEC.normalization})")
     alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default the base's ({_SPEC.alpha:g})")
     routing: StrictBool | None = Field(
@@ -170,7 +170,7 @@ class CreateBaseIn(_Body):
     keyword_weight: Weight | None = Field(
         None, description=f"weight of the keyword leg in the fusion; default {_SPEC.keyword_weight:g}")
     fusion: Literal["rrf", "convex"] | None = Field(None, description=f"fusion function; default {_SPEC.fusion}")
-    normalization: Literal["tmm", "minmax"] | None = Field(
+    normalization: Literal["tmm", "minmax", "z"] | None = Field(
         None, description=f"convex: score normalization; default {_SPEC.normalization}")
     alpha: Alpha | None = Field(None, description=f"convex: the dense leg's share; default {_SPEC.alpha:g}")
     routing: StrictBool | None = Field(None, description=f"per-question routing; default {_SPEC.routing}")

@@ -15,7 +15,8 @@
 --   %(asked_terms)s     text[]   the question's own terms (no compound): routing's share of absent words
 --   %(k1)s, %(b)s       float8   BM25 parameters (SPEC: 1.2, 0.75)
 --   %(fusion)s          text     'rrf' (weighted reciprocal rank) or 'convex' (of normalized scores)
---   %(normalization)s   text     convex only: 'minmax' (over the candidates) or 'tmm' (theoretical min)
+--   %(normalization)s   text     convex only: 'minmax' (over the candidates), 'tmm' (theoretical min) or
+--                                'z' (each leg's own list)
 --   %(rrf_k)s           int      RRF constant (SPEC: 60)
 --   %(weight_sum)s      float8   rrf: dense_weight + keyword_weight (> 0)
 --   %(dense_share)s     float8   the dense leg's share in [0, 1] before the statement's own routing:
@@ -73,7 +74,10 @@
 --             (Cormack, Clarke & Buettcher, SIGIR 2009, a weight per list).
 --   convex  = alpha * N(dense) + (1 - alpha) * N(keyword) (Bruch, Gai & Ingber, ACM TOIS 2023):
 --             minmax N(s) = (s - min) / (max - min) over the candidates; tmm N(s) = (s - inf) /
---             (max - inf) with the theoretical inf (cosine -1, BM25 0); a missing score is 0.
+--             (max - inf) with the theoretical inf (cosine -1, BM25 0); a missing score is 0;
+--             z N(s) = (s - mean) / sd, mean and population sd of the scores of the candidates
+--             that leg ranked (sd 0 or none: 1, none: mean 0), a missing score -3 (Montague &
+--             Aslam, CIKM 2001).
 --
 -- Returns, best first: chunk_id, dense, dense_rank, keyword, keyword_rank, fused, the
 -- citation columns (col: the chunk's column when it starts inside a line an earlier chunk holds),
@@ -357,7 +361,12 @@ route AS MATERIALIZED (
     FROM question AS q
 ),
 spread AS MATERIALIZED (
-    SELECT min(dense) AS dense_min, max(dense) AS dense_max, min(keyword) AS keyword_min, max(keyword) AS keyword_max
+    SELECT min(dense) AS dense_min, max(dense) AS dense_max, min(keyword) AS keyword_min, max(keyword) AS keyword_max,
+           -- z: each leg's own list (the candidates it ranked); none: mean 0, sd 1
+           coalesce(avg(dense) FILTER (WHERE dense_rank IS NOT NULL), 0) AS dense_mean,
+           coalesce(nullif(stddev_pop(dense) FILTER (WHERE dense_rank IS NOT NULL), 0), 1) AS dense_sd,
+           coalesce(avg(keyword) FILTER (WHERE keyword_rank IS NOT NULL), 0) AS keyword_mean,
+           coalesce(nullif(stddev_pop(keyword) FILTER (WHERE keyword_rank IS NOT NULL), 0), 1) AS keyword_sd
     FROM candidates
 ),
 fused AS (
@@ -372,6 +381,9 @@ fused AS (
                  + (1 - r.share) * coalesce(CASE WHEN s.keyword_max > s.keyword_min
                                                  THEN (c.keyword - s.keyword_min) / (s.keyword_max - s.keyword_min)
                                                  ELSE (c.keyword > 0)::int END, 0)
+           WHEN %(normalization)s::text = 'z' THEN  -- a missing score is 3 deviations below the mean
+               r.share * coalesce((c.dense - s.dense_mean) / s.dense_sd, -3)
+                 + (1 - r.share) * coalesce((c.keyword - s.keyword_mean) / s.keyword_sd, -3)
            ELSE  -- tmm: from the theoretical minimum (cosine -1, BM25 0) to the candidates' best
                r.share * coalesce((c.dense + 1) / nullif(s.dense_max + 1, 0), 0)
                  + (1 - r.share) * coalesce(c.keyword / nullif(s.keyword_max, 0), 0)
