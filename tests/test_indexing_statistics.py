@@ -141,3 +141,34 @@ def test_the_rule_is_autovacuums_and_a_role_that_may_not_maintain_is_skipped(own
             conn.execute("RESET ROLE")
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_an_upkeep_the_database_refuses_is_a_warning_not_a_failed_run(own_database, monkeypatch, caplog):
+    from metis_pg.errors import DatabaseUnavailable
+    from metis_pg.storage import maintenance
+
+    def refused(*args, **kwargs):
+        raise DatabaseUnavailable("could not connect to PostgreSQL: the server is not running")
+
+    monkeypatch.setattr(maintenance.db, "connect", refused)
+    with metis_pg.Metis(own_database) as m:
+        with m.pool.connection() as conn:
+            assert storage.tables_due(conn, ["bases"])  # never analyzed: due
+        done = storage.maintain(m.pool, ["bases"])
+
+    assert (done.analyzed, done.vacuumed) == ((), ())
+    assert done.warnings == ("statistics not refreshed: could not connect to PostgreSQL: the server is not running",)
+    assert "statistics not refreshed" in caplog.text
+
+
+def test_notes_and_facts_keep_the_statistics_too(own_database, hash_url):
+    """``metis note add`` and ``metis remember`` are CLI commands too: their writes end with the upkeep."""
+    with metis_pg.Metis(own_database) as m:
+        m.create_base("mem", kind="memory", embedding_model="hash-words", embedding_url=hash_url, embedding_dim=64)
+        m.remember("mem", "The kiln runs at 1,200 degrees on Mondays.", key="kiln")
+        first = table_state(own_database)
+        for table in ("documents", "chunks", "bm25_terms", "facts"):
+            assert first[table]["last_analyze"] is not None, table  # never analyzed: due at once
+        for i in range(5):  # a few more: far below the thresholds now
+            m.remember("mem", f"The kiln runs at {1200 + i} degrees on Mondays.", key="kiln")
+        assert table_state(own_database)["chunks"]["last_analyze"] == first["chunks"]["last_analyze"]
