@@ -194,6 +194,27 @@ def test_filters_keep_every_matching_chunk_in_both_legs(metis, base_name, tmp_pa
     assert first.dense_rank == 1 and first.keyword_rank == 1
 
 
+def test_broad_filters_rank_what_the_unfiltered_search_ranks_among_the_documents_kept(metis, base_name, tmp_path):
+    """Filters keeping all but a few documents (all but rare/) and every document (their kinds): the
+    statement then hands both legs the documents dropped rather than those kept (sql/search/hybrid.sql,
+    dropped_documents). Each leg's answer is the unfiltered answer's rows of the documents kept, in
+    its order, with its scores."""
+    files = {f"common/note{i:02d}.md": f"# Note {i}\n\nThe apple harvest report number {i}." for i in range(40)}
+    files["rare/apple.md"] = "# Rare\n\nThe apple harvest report from the rare orchard."
+    files["rare/other.txt"] = "Nothing about fruit here, only the orchard fence."
+    files["common/page.html"] = "<html><body><h1>Web</h1><p>The apple harvest report on the web.</p></body></html>"
+    metis.index(base_name, write_corpus(tmp_path / "kb", files))
+    for mode in ("keyword", "dense"):
+        every = metis.search(base_name, "apple harvest report", mode=mode, top_k=50).results
+        assert len(every) >= 40, mode
+        for filters, kept in (({"exclude_prefixes": ["rare/"]}, lambda d: not d.startswith("rare/")),
+                              ({"kinds": ["md", "txt", "html"]}, lambda d: True)):
+            answer = metis.search(base_name, "apple harvest report", mode=mode, top_k=50, filters=filters)
+            got = [(r.citation.document, r.scores.dense, r.scores.keyword) for r in answer.results]
+            assert got == [(r.citation.document, r.scores.dense, r.scores.keyword) for r in every
+                           if kept(r.citation.document)], (mode, filters)
+
+
 def test_sources_filter_keeps_one_folder(metis, base_name, tmp_path):
     write_corpus(tmp_path / "wiki", {"a.md": "# A\n\nThe lighthouse keeper logs the weather."})
     write_corpus(tmp_path / "handbook", {"b.md": "# B\n\nThe lighthouse keeper lights the lamp."})

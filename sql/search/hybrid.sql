@@ -150,6 +150,7 @@ keyword_filter AS MATERIALIZED (
     SELECT CASE WHEN %(unfiltered)s::boolean OR choice.by_dropping THEN NULL
                 ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END
              AS documents,
+           choice.by_dropping,
            CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean AND NOT choice.by_dropping
                 THEN NULL
                 ELSE (SELECT array_agg(dropped.chunk_id) FROM (
@@ -198,9 +199,21 @@ dense_read AS MATERIALIZED (
             SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
             FROM embeddings AS e
             WHERE %(query_embedding)s::halfvec IS NOT NULL AND NOT %(unfiltered)s::boolean
+              AND NOT (SELECT by_dropping FROM keyword_filter)
               AND e.base_id = ANY(%(base_ids)s::int[])
               AND e.model = %(model)s::text
               AND e.document_id IN (SELECT document_id FROM allowed_documents)
+              AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
+              AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
+            UNION ALL
+            -- A broad filter: every vector of the bases but the dropped documents'.
+            SELECT e.chunk_id, e.embedding <=> %(query_embedding)s::halfvec AS distance
+            FROM embeddings AS e
+            WHERE %(query_embedding)s::halfvec IS NOT NULL AND NOT %(unfiltered)s::boolean
+              AND (SELECT by_dropping FROM keyword_filter)
+              AND e.base_id = ANY(%(base_ids)s::int[])
+              AND e.model = %(model)s::text
+              AND e.document_id NOT IN (SELECT document_id FROM dropped_documents)
               AND (%(only_chunks)s::bigint[] IS NULL OR e.chunk_id = ANY(%(only_chunks)s::bigint[]))
               AND (%(exclude_terms)s::text[] IS NULL OR e.chunk_id NOT IN (SELECT chunk_id FROM excluded))
         ) AS scanned
