@@ -136,6 +136,8 @@ hidden AS MATERIALIZED (
 -- rather than the kept documents' (p_documents): the same chunks, and the top is as exact; but
 -- bm25_top_k turns p_documents into its allowed chunks and blocks, which for a filter keeping
 -- (nearly) every document cost more than the leg itself (100k chunks: 445 against 117 ms fused).
+-- The dense leg likewise reads every vector but theirs (a hashed NOT IN) rather than semi-joining
+-- the kept documents (docs/performance.md: 99 per cent kept, 141.6 -> 101.1 ms p50 fused).
 dropped_documents AS MATERIALIZED (
     SELECT d.document_id
     FROM documents AS d
@@ -145,7 +147,8 @@ dropped_documents AS MATERIALIZED (
 ),
 -- The keyword leg's filter arguments: p_documents (NULL = every document) and p_drop_chunks (the
 -- chunks holding an excluded word, those the principals may not read, and with a broad filter the
--- chunks of the documents it drops; NULL = none).
+-- chunks of the documents it drops; NULL = none), and by_dropping: whether the legs read every
+-- document but the dropped ones.
 keyword_filter AS MATERIALIZED (
     SELECT CASE WHEN %(unfiltered)s::boolean OR choice.by_dropping THEN NULL
                 ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END
