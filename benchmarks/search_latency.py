@@ -4,7 +4,9 @@ One run prints, and writes with ``--json PATH``, for a base of ``--chunks N``
 chunks (default 100,000; 384-d): p50/p95 (ms) of the dense leg alone, the
 keyword leg alone, the fused statement (``sql/search/hybrid.sql``, both legs
 and RRF) and the fused statement with a ``path_prefix`` filter keeping 1% of
-the documents, and with a ``tags_any`` filter keeping another 1%, all through :func:`metis_pg.retrieval.run_search` (top_k 10,
+the documents, and with a ``tags_any`` filter keeping another 1%, and two broad filters: an
+``exclude_prefixes`` of that folder (99% kept) and a ``kinds`` every document has (all kept),
+all through :func:`metis_pg.retrieval.run_search` (top_k 10,
 the question's terms as ``mark_terms``, as the search pipeline gives them);
 numpy brute-force cosine over the same vectors in the same run; indexing
 throughput without model time through the real write path
@@ -17,6 +19,7 @@ JSON keys (top level: the single base; under ``"bases_10"``: one base of ten)::
 
     chunks, dense_p50_ms, dense_p95_ms, keyword_p50_ms, keyword_p95_ms,
     fused_p50_ms, fused_p95_ms, filtered_p50_ms, filtered_p95_ms, tagged_p50_ms, tagged_p95_ms,
+    broad_p50_ms, broad_p95_ms (all but the 1% of path_prefix), every_p50_ms, every_p95_ms (kinds=["md"]),
     as_eng_p50_ms, as_eng_p95_ms (the fused statement on behalf of ``eng``: row-level security,
     1% of the documents readable by ``hr`` only),
     numpy_p50_ms, indexing_chunks_per_s, mb_per_1k_chunks
@@ -73,7 +76,8 @@ Usage::
     python benchmarks/search_latency.py --dsn postgresql://...          # an existing database
     python benchmarks/search_latency.py --storage-compare               # + vector/halfvec x storage at 100k
     python benchmarks/search_latency.py --baseline-statement old_hybrid.sql --baseline-after old_marks.sql
-                                       # + case fused_baseline: another statement (and one run after it)
+                                       # + case fused_baseline: another statement (and one run after it),
+                                       # and broad_baseline, every_baseline: it with the broad filters
 
 With no ``--dsn`` the embedded PostgreSQL starts in a temporary folder that is
 deleted at the end. With ``--dsn`` the benchmark works in its own bases
@@ -139,6 +143,9 @@ FILTER_PREFIX = "area-07/"
 #: Each document has one tag of 100 (``topic-00`` .. ``topic-99``), not aligned with its folder:
 #: ``tags_any=[FILTER_TAG]`` keeps another 1% of the documents (issue 21).
 FILTER_TAG = "topic-07"
+#: Broad filters: all but the documents of FILTER_PREFIX (99% kept), and every document (the kind all have).
+BROAD_FILTER = Filters(exclude_prefixes=(FILTER_PREFIX,))
+EVERY_FILTER = Filters(kinds=("md",))
 #: Documents whose number is this modulo FOLDERS (1% of them) are readable by ``hr`` only (their
 #: front matter ``readers: [hr]``, which the bench source allows): the ``fused_as_eng`` case
 #: searches on behalf of ``eng`` (issue 21, row-level security and the readable documents kept).
@@ -660,6 +667,9 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
         "fused": lambda q: run(q, dense=True, keyword=True),
         "fused_filtered": lambda q: run(q, dense=True, keyword=True, filters=Filters(path_prefix=FILTER_PREFIX)),
         "fused_tagged": lambda q: run(q, dense=True, keyword=True, filters=Filters(tags_any=(FILTER_TAG,))),
+        # Broad filters: all but the 1% of the folder FILTER_PREFIX, and every document (its kind).
+        "fused_broad": lambda q: run(q, dense=True, keyword=True, filters=BROAD_FILTER),
+        "fused_every": lambda q: run(q, dense=True, keyword=True, filters=EVERY_FILTER),
         # On behalf of eng, who may not read the 1% of documents hr may (issue 21).
         "fused_as_eng": lambda q: run(q, dense=True, keyword=True, principals=["eng"]),
     }
@@ -677,6 +687,10 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     if BASELINE_STATEMENT:
         # Another version of the fused statement, timed on the same queries in turn with the others.
         every["fused_baseline"] = lambda q: run(q, dense=True, keyword=True, statement=BASELINE_STATEMENT)
+        every["broad_baseline"] = lambda q: run(q, dense=True, keyword=True, filters=BROAD_FILTER,
+                                                statement=BASELINE_STATEMENT)
+        every["every_baseline"] = lambda q: run(q, dense=True, keyword=True, filters=EVERY_FILTER,
+                                                statement=BASELINE_STATEMENT)
     chosen = every
     for q in queries[:WARMUP_QUERIES]:
         for fn in chosen.values():
@@ -705,6 +719,10 @@ def search_cases(pool, base_ids: Sequence[int], model: str, queries: Sequence[Qu
     assert found and all(c.document.startswith(FILTER_PREFIX) for c in found), "filtered search broke"
     found, _ = every["fused_tagged"](queries[0])
     assert found and all(FILTER_TAG in c.tags for c in found), "tag-filtered search broke"
+    found, _ = every["fused_broad"](queries[0])
+    assert found and not any(c.document.startswith(FILTER_PREFIX) for c in found), "broad filter broke"
+    assert ([c.chunk_id for c in every["fused_every"](queries[0])[0]]
+            == [c.chunk_id for c in every["fused"](queries[0])[0]]), "a filter keeping all changed the answer"
     found, _ = every["fused_as_eng"](queries[0])
     assert found and not any(int(c.document.rsplit("-", 1)[1][:7]) % FOLDERS == HR_ONLY for c in found), \
         "a document of hr reached eng"
@@ -978,7 +996,8 @@ def headline(chunks: int, cases: dict, numpy_timings: dict, indexing: dict, size
     """
     out: dict = {"chunks": chunks}
     for key, case in (("dense", "dense"), ("keyword", "keyword"), ("fused", "fused"), ("filtered", "fused_filtered"),
-                      ("tagged", "fused_tagged"), ("as_eng", "fused_as_eng")):
+                      ("tagged", "fused_tagged"), ("broad", "fused_broad"), ("every", "fused_every"),
+                      ("as_eng", "fused_as_eng")):
         out[f"{key}_p50_ms"] = cases[case]["p50_ms"]
         out[f"{key}_p95_ms"] = cases[case]["p95_ms"]
     out["numpy_p50_ms"] = min(t["p50_ms"] for t in numpy_timings.values())
@@ -1189,12 +1208,15 @@ def fmt(t: dict[str, float]) -> str:
 LABELS = [("dense", "dense leg (terms=[])"), ("keyword", "keyword leg (no vector)"),
           ("fused", "fused statement"), ("fused_filtered", f"fused, path_prefix {FILTER_PREFIX} (1%)"),
           ("fused_tagged", f"fused, tags_any {FILTER_TAG} (1%)"),
+          ("fused_broad", f"fused, all but {FILTER_PREFIX} (99%)"),
+          ("fused_every", "fused, kinds md (all)"),
           ("fused_as_eng", "fused, on behalf of eng (RLS)"),
           ("three_bases", "fused over 3 bases, one statement"),
           ("three_bases_per_base", "fused over 3, a statement per base"),
           ("three_bases_dense", "  one statement, dense leg only"), ("three_bases_keyword", "  one statement, keyword leg only"),
           ("base_1_of_3", "  base 1 of the 3 alone"), ("base_2_of_3", "  base 2 of the 3 alone"),
           ("base_3_of_3", "  base 3 of the 3 alone"), ("fused_baseline", "fused, --baseline-statement"),
+          ("broad_baseline", "  the same, 99% kept"), ("every_baseline", "  the same, all kept"),
           ("numpy", "numpy brute force (float32)"), ("numpy_1_thread", "numpy, 1 BLAS thread")]
 
 
@@ -1252,7 +1274,8 @@ def print_report(report: dict) -> None:
 
 
 KEYS = ("chunks", "dense_p50_ms", "dense_p95_ms", "keyword_p50_ms", "keyword_p95_ms", "fused_p50_ms", "fused_p95_ms",
-        "filtered_p50_ms", "filtered_p95_ms", "tagged_p50_ms", "tagged_p95_ms", "numpy_p50_ms",
+        "filtered_p50_ms", "filtered_p95_ms", "tagged_p50_ms", "tagged_p95_ms", "broad_p50_ms", "broad_p95_ms",
+        "every_p50_ms", "every_p95_ms", "numpy_p50_ms",
         "indexing_chunks_per_s", "mb_per_1k_chunks")
 
 

@@ -171,12 +171,10 @@ def _leg_times(row: dict[str, Any]) -> LegTimes:
 _KEYWORD_ARGUMENTS = {
     "p_base_ids": "%(base_ids)s::int[]", "p_terms": "%(terms)s::text[]", "p_term_weights": "%(term_weights)s::float8[]",
     "p_k1": "%(k1)s::float8", "p_b": "%(b)s::float8", "p_leg_limit": "%(leg_limit)s::int",
-    "p_documents": "(CASE WHEN %(unfiltered)s::boolean THEN NULL"
-                   " ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END)",
+    # The filters' arguments, as the statement computes them for the call (its CTE keyword_filter).
+    "p_documents": "(SELECT documents FROM keyword_filter)",
     "p_only_chunks": "%(only_chunks)s::bigint[]",
-    "p_drop_chunks": "(CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean THEN NULL"
-                     " ELSE (SELECT coalesce(array_agg(chunk_id), '{}'::bigint[]) FROM (SELECT chunk_id FROM excluded"
-                     " UNION ALL SELECT chunk_id FROM hidden) AS dropped) END)",
+    "p_drop_chunks": "(SELECT drop_chunks FROM keyword_filter)",
 }
 _citus_statements: dict[str, bool] = {}
 

@@ -139,12 +139,13 @@ def difference(got: list[tuple[int, float]], expected: list[tuple[int, float]]) 
 
 
 def keyword_top(conn, base_ids: Sequence[int], question: Sequence[str], *, prefix: str | None = None,
-                compounds: bool = False) -> list[tuple[int, float]]:
+                compounds: bool = False, filters: retrieval.Filters | None = None) -> list[tuple[int, float]]:
     """The keyword leg's top 50 through ``retrieval.run_search`` (mode keyword): [(chunk_id, score)],
-    copies of one text kept (the corpus repeats short texts; exhaustive BM25 ranks every copy)."""
+    copies of one text kept (the corpus repeats short texts; exhaustive BM25 ranks every copy).
+    `filters` (default: ``path_prefix=prefix``) are the search's filters."""
     found, _ = retrieval.run_search(conn, base_ids=list(base_ids), model=MODEL, query_embedding=None,
                                     terms=list(question), top_k=TOP, legs_top_k=LEGS_TOP_K,
-                                    filters=retrieval.Filters(path_prefix=prefix), compounds=compounds,
+                                    filters=filters or retrieval.Filters(path_prefix=prefix), compounds=compounds,
                                     collapse_copies=False)
     assert all(c.dense is None for c in found)
     assert [c.keyword_rank for c in found] == list(range(1, len(found) + 1))
@@ -388,6 +389,33 @@ def test_keyword_leg_equals_exhaustive_bm25_with_path_filters(metis, zipf):
             got = keyword_top(conn, [zipf.base.base_id], q, prefix=prefix)
             run.check(got, zipf.oracle.scores(q, allowed=allowed[prefix]), (prefix, q))
     run.assert_none(1000)
+
+
+#: Broad filters and the share of the documents each keeps: all but 0.1% (one folder "000" of the
+#: thousand), all but 1%, all but 10%, about half (folders "0" to "3" dropped: 54% kept), and every document
+#: (its kind, which all have). The statement gives the keyword leg the few dropped documents'
+#: chunks to drop when they are fewer than those kept (sql/search/hybrid.sql, keyword_filter).
+BROAD = {"all but 000": (retrieval.Filters(exclude_prefixes=("000",)), 0.999),
+         "all but 00": (retrieval.Filters(exclude_prefixes=("00",)), 0.99),
+         "all but 0": (retrieval.Filters(exclude_prefixes=("0",)), 0.90),
+         "half": (retrieval.Filters(exclude_prefixes=tuple("0123")), 0.50),
+         "every kind": (retrieval.Filters(kinds=("txt",)), 1.0)}
+
+
+def test_keyword_leg_equals_exhaustive_bm25_with_broad_filters(metis, zipf):
+    """500 of the questions, each with one of the broad filters (:data:`BROAD`, in turn), keeping
+    from half of the documents to all of them: the top 50 are the best allowed chunks."""
+    run = Run()
+    allowed = {name: np.array([not any(p.startswith(x) for x in (f.exclude_prefixes or ())) for p in zipf.paths])
+               for name, (f, _) in BROAD.items()}
+    for name, (_, share) in BROAD.items():
+        assert abs(allowed[name].mean() - share) < 0.1
+    with metis.pool.connection() as conn:
+        for i, q in enumerate(zipf.questions[:500]):
+            name = list(BROAD)[i % len(BROAD)]
+            got = keyword_top(conn, [zipf.base.base_id], q, filters=BROAD[name][0])
+            run.check(got, zipf.oracle.scores(q, allowed=allowed[name]), (name, q))
+    run.assert_none(500)
 
 
 def test_two_bases_searched_together_keep_their_own_statistics(metis, zipf):

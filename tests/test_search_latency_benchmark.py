@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import search_latency
 
 ISSUE_KEYS = ("chunks", "dense_p50_ms", "dense_p95_ms", "keyword_p50_ms", "keyword_p95_ms", "fused_p50_ms",
-              "fused_p95_ms", "filtered_p50_ms", "filtered_p95_ms", "tagged_p50_ms", "tagged_p95_ms", "numpy_p50_ms", "indexing_chunks_per_s",
+              "fused_p95_ms", "filtered_p50_ms", "filtered_p95_ms", "tagged_p50_ms", "tagged_p95_ms", "broad_p50_ms", "broad_p95_ms",
+              "every_p50_ms", "every_p95_ms", "numpy_p50_ms", "indexing_chunks_per_s",
               "mb_per_1k_chunks")
 
 

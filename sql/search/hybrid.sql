@@ -131,6 +131,39 @@ hidden AS MATERIALIZED (
     SELECT h.chunk_id FROM metis_hidden_chunks(%(base_ids)s::int[]) AS h(chunk_id)
     WHERE %(restricted)s::boolean
 ),
+-- A broad filter: the documents of the bases searched that the filters drop, when they
+-- are fewer than those kept. The keyword leg then ranks every chunk but theirs (p_drop_chunks)
+-- rather than the kept documents' (p_documents): the same chunks, and the top is as exact; but
+-- bm25_top_k turns p_documents into its allowed chunks and blocks, which for a filter keeping
+-- (nearly) every document cost more than the leg itself (100k chunks: 445 against 117 ms fused).
+dropped_documents AS MATERIALIZED (
+    SELECT d.document_id
+    FROM documents AS d
+    WHERE NOT %(unfiltered)s::boolean
+      AND d.base_id = ANY(%(base_ids)s::int[])
+      AND d.document_id NOT IN (SELECT document_id FROM allowed_documents)
+),
+-- The keyword leg's filter arguments: p_documents (NULL = every document) and p_drop_chunks (the
+-- chunks holding an excluded word, those the principals may not read, and with a broad filter the
+-- chunks of the documents it drops; NULL = none).
+keyword_filter AS MATERIALIZED (
+    SELECT CASE WHEN %(unfiltered)s::boolean OR choice.by_dropping THEN NULL
+                ELSE (SELECT coalesce(array_agg(document_id), '{}'::bigint[]) FROM allowed_documents) END
+             AS documents,
+           CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean AND NOT choice.by_dropping
+                THEN NULL
+                ELSE (SELECT array_agg(dropped.chunk_id) FROM (
+                          SELECT chunk_id FROM excluded
+                          UNION ALL SELECT chunk_id FROM hidden
+                          UNION ALL SELECT c.chunk_id FROM chunks AS c
+                                    WHERE choice.by_dropping AND c.base_id = ANY(%(base_ids)s::int[])
+                                      AND c.document_id IN (SELECT document_id FROM dropped_documents)
+                      ) AS dropped) END
+             AS drop_chunks
+    FROM (SELECT NOT %(unfiltered)s::boolean
+                 AND (SELECT count(*) FROM dropped_documents) < (SELECT count(*) FROM allowed_documents)
+                 AS by_dropping) AS choice
+),
 dense_read AS MATERIALIZED (
     SELECT nearest.chunk_id,
            1 - nearest.distance AS score,
@@ -239,13 +272,7 @@ keyword_read AS MATERIALIZED (
     FROM bm25_top_k(
         %(base_ids)s::int[], %(terms)s::text[], %(term_weights)s::float8[], %(k1)s::float8, %(b)s::float8,
         %(leg_limit)s::int,
-        CASE WHEN %(unfiltered)s::boolean THEN NULL
-             ELSE coalesce((SELECT array_agg(document_id) FROM allowed_documents), '{}'::bigint[]) END,
-        %(only_chunks)s::bigint[],
-        CASE WHEN %(exclude_terms)s::text[] IS NULL AND NOT %(restricted)s::boolean THEN NULL
-             ELSE coalesce((SELECT array_agg(chunk_id) FROM (SELECT chunk_id FROM excluded
-                                                            UNION ALL SELECT chunk_id FROM hidden) AS dropped),
-                           '{}'::bigint[]) END
+        (SELECT documents FROM keyword_filter), %(only_chunks)s::bigint[], (SELECT drop_chunks FROM keyword_filter)
     ) AS k
 ),
 keyword AS MATERIALIZED (
