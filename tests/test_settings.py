@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
 import typing
 import uuid
@@ -47,34 +45,6 @@ def test_settings_come_from_the_environment_and_a_bad_value_names_its_variable(m
     monkeypatch.setenv("METIS_MAX_BODY_BYTES", "a lot")
     with pytest.raises(metis_pg.ConfigError, match="METIS_MAX_BODY_BYTES"):
         Settings.from_env()
-
-
-def test_settings_read_the_environment_as_pydantic_settings_did(monkeypatch, tmp_path):
-    # Settings is a dataclass since issue 25 (pydantic-settings cost ~100 ms of every command's start-up): the
-    # same reading, checked here: keyword arguments win, any case, unknown names ignored, pydantic's words.
-    monkeypatch.setenv("metis_home", str(tmp_path))
-    monkeypatch.setenv("METIS_DATABASE_MAX_BYTES", "2.0")
-    monkeypatch.setenv("METIS_SEARCH_QUEUE_S", " 2.5 ")
-    monkeypatch.setenv("METIS_NO_SUCH_SETTING", "x")
-    settings = Settings(max_body_bytes="4096", database_wait_s=2)
-    assert (settings.home, settings.database_max_bytes, settings.search_queue_s) == (tmp_path, 2, 2.5)
-    assert (settings.max_body_bytes, settings.database_wait_s) == (4096, 2.0)
-    assert settings == Settings(max_body_bytes=4096, database_wait_s=2.0) and hash(settings) == hash(Settings(
-        max_body_bytes=4096, database_wait_s=2.0))
-    assert settings.model_copy(update={"database_wait_s": 1}).database_wait_s == 1.0
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.home = Path("/")  # type: ignore[misc]
-    for values, says in [({"disk_free_margin_pct": 101}, "METIS_DISK_FREE_MARGIN_PCT: Input should be less than or "
-                                                         "equal to 100"),
-                         ({"database_max_bytes": 0}, "METIS_DATABASE_MAX_BYTES: Input should be greater than 0"),
-                         ({"search_queue_s": "soon"}, "METIS_SEARCH_QUEUE_S: Input should be a valid number, unable "
-                                                      "to parse string as a number")]:
-        with pytest.raises(metis_pg.ConfigError, match=re.escape(says)):
-            Settings(**values)
-        with pytest.raises(metis_pg.ConfigError, match=re.escape(says)):
-            settings.model_copy(update=values)
-    assert Settings.model_fields["max_body_bytes"].default == 1_000_000
-    assert Settings.model_fields["home"].default_factory() == Path(f"/var/tmp/metis-{os.getuid()}")
 
 
 def test_a_base_created_without_options_takes_the_spec_defaults(metis, base_name):
