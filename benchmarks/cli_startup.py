@@ -162,6 +162,9 @@ def main() -> None:
     env = {**os.environ, "METIS_HOME": str(home)}
     env.pop("METIS_DATABASE_URL", None)
     codes = {path: {**env, "PYTHONPATH": str(Path(path).resolve())} for path in args.code} or {"": env}
+    # `python -c` puts the working folder first on sys.path: run from inside a checkout, every
+    # --code side imported that checkout's metis_pg. The children run from the throwaway home.
+    os.chdir(home)
     packages = {}
     for code, code_env in codes.items():
         # Bytecode first, as an installed package has it: with PYTHONDONTWRITEBYTECODE set (as on the
