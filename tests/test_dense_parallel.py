@@ -35,6 +35,17 @@ PARALLEL_FREE = {"parallel_setup_cost": "0", "parallel_tuple_cost": "0", "min_pa
                  "max_parallel_workers_per_gather": "2"}
 
 
+def _one_chunk_document(conn, base_id: int, source_id: int, path: str, text: str,
+                        vector: np.ndarray) -> tuple[int, int]:
+    """Write a document of one chunk, `text`, with its MODEL `vector`; return (document id, chunk id)."""
+    chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1, char_start=0, char_end=len(text))
+    doc_id = storage.write_document(conn, base_id=base_id, source_id=source_id,
+                                    meta=storage.DocumentMeta(path, "", "txt", path, len(text)),
+                                    chunks=[chunk], vectors=[vector], model=MODEL)
+    chunk_id = conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]
+    return doc_id, chunk_id
+
+
 @pytest.fixture(scope="module")
 def base(metis: metis_pg.Metis):
     """A base of DOCS one-chunk documents with random unit vectors; yields (base_id, {chunk_id: vector}, hr chunk ids)."""
@@ -51,14 +62,8 @@ def base(metis: metis_pg.Metis):
         for d in range(DOCS):
             v = rng.standard_normal(DIM).astype(np.float32)
             v /= np.linalg.norm(v)
-            text = f"document {d} words"
-            chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1, char_start=0,
-                          char_end=len(text))
             source = hr_source if d % 10 == 0 else open_source
-            doc_id = storage.write_document(conn, base_id=row.base_id, source_id=source,
-                                            meta=storage.DocumentMeta(f"d{d}.txt", "", "txt", str(d), len(text)),
-                                            chunks=[chunk], vectors=[v], model=MODEL)
-            chunk_id = conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]
+            _, chunk_id = _one_chunk_document(conn, row.base_id, source, f"d{d}.txt", f"document {d} words", v)
             vectors[chunk_id] = v.astype(np.float16).astype(np.float64)  # what halfvec stores
             if source == hr_source:
                 hr_only.add(chunk_id)
@@ -284,13 +289,7 @@ def two_models(metis: metis_pg.Metis):
         for d in range(120):
             v = rng.standard_normal(DIM).astype(np.float32)
             v /= np.linalg.norm(v)
-            text = f"page {d}"
-            chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1, char_start=0,
-                          char_end=len(text))
-            doc_id = storage.write_document(conn, base_id=row.base_id, source_id=source,
-                                            meta=storage.DocumentMeta(f"p{d}.txt", "", "txt", str(d), len(text)),
-                                            chunks=[chunk], vectors=[v], model=MODEL)
-            chunk_id = conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]
+            doc_id, chunk_id = _one_chunk_document(conn, row.base_id, source, f"p{d}.txt", f"page {d}", v)
             first[chunk_id] = v.astype(np.float16).astype(np.float64)
             if d % 2:
                 w = rng.standard_normal(DIM).astype(np.float32)
@@ -344,12 +343,7 @@ def test_a_replaced_fact_in_the_best_rows_gives_its_place_to_a_holding_copy_past
                     v = query.copy() if d == 0 else -query
                 v /= np.linalg.norm(v)
                 text = "the weekly meeting is on Tuesday" if d in (0, 1) else f"note {d}"
-                chunk = Chunk(ordinal=0, text=text, title="", headings=(), page=None, line=1, char_start=0,
-                              char_end=len(text))
-                doc_id = storage.write_document(conn, base_id=row.base_id, source_id=source,
-                                                meta=storage.DocumentMeta(f"n{d}.txt", "", "txt", str(d), len(text)),
-                                                chunks=[chunk], vectors=[v], model=MODEL)
-                chunk_id = conn.execute("SELECT chunk_id FROM chunks WHERE document_id = %s", (doc_id,)).fetchone()[0]
+                doc_id, chunk_id = _one_chunk_document(conn, row.base_id, source, f"n{d}.txt", text, v)
                 vectors[chunk_id], docs[d], documents[d] = v.astype(np.float16).astype(np.float64), chunk_id, doc_id
             for d, replaced_by in ((0, documents[1]), (1, None)):
                 conn.execute("INSERT INTO facts (document_id, base_id, key, superseded_by) VALUES (%s, %s, 'day', %s)",
