@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
 
 from metis_pg import db
 from metis_pg.db import embedded
@@ -29,3 +34,17 @@ def embedded_server(name: str) -> Iterator[tuple[str, Path]]:
         if server is not None:
             server.cleanup()  # stops it when this process is its only user
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def new_database(dsn: str, prefix: str) -> Iterator[str]:
+    """Create an empty database named `prefix`_<8 hex> on the server of `dsn`; yield its URL; drop it
+    after (WITH (FORCE): connections a test left open do not keep it)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield urlunsplit(urlsplit(dsn)._replace(path="/" + name))
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -8,9 +8,7 @@ import inspect
 import re
 import shlex
 import tomllib
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -20,6 +18,7 @@ from metis_pg.config import Settings
 import metis_pg
 from metis_pg import errors, migrate, sqlfiles
 from metis_pg.cli import app
+from pg_servers import new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,20 +175,11 @@ def test_each_sql_file_loads_and_explains(metis, name):
 # -- migrations: up, down to nothing, up again, at head ------------------------------
 
 
-def _with_database(dsn: str, name: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + name))
-
-
 @pytest.fixture()
 def fresh_database(dsn):
     """The URL of a new, empty database on the test server; dropped after the test."""
-    name = f"metis_migrations_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield _with_database(dsn, name)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with new_database(dsn, "metis_migrations") as url:
+        yield url
 
 
 def schema_of(url: str) -> dict[str, list]:

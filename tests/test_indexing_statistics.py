@@ -24,28 +24,17 @@ from metis_pg.config import Settings
 import hash_embedder
 from cli_runner import run_cli
 from corpus import write_corpus
+from pg_servers import new_database
 
 BIG = ("documents", "chunks", "posting_blocks", "bm25_terms")
-
-
-def _with_database(dsn: str, name: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 @pytest.fixture()
 def own_database(dsn):
     """A new database migrated to head on the test server; dropped after the test."""
-    name = f"metis_stats_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = _with_database(dsn, name)
-    migrate.upgrade(url, settings=Settings.from_env())
-    yield url
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with new_database(dsn, "metis_stats") as url:
+        migrate.upgrade(url, settings=Settings.from_env())
+        yield url
 
 
 @pytest.fixture(scope="module")

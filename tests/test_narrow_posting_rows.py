@@ -11,15 +11,12 @@ BM25, and a one-posting row 14 bytes shorter.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
-from psycopg import sql
 
 from metis_pg import migrate, retrieval, storage
 from metis_pg.chunking import Chunk, embedding_text
@@ -27,6 +24,7 @@ from metis_pg.config import BaseSpec, Settings
 from metis_pg.storage.postings import PostingRow, encode_blocks, encode_columns
 from metis_pg.tokenizer import terms
 from test_bm25_oracle import ExhaustiveBM25, difference, ranked
+from pg_servers import new_database
 
 WORDS = [f"w{i}" for i in range(200)]
 MODEL = "m:8"
@@ -35,14 +33,9 @@ MODEL = "m:8"
 @pytest.fixture()
 def database(dsn):
     """A new database at the newest revision; dropped after."""
-    name = f"metis_narrow_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = urlunsplit(urlsplit(dsn)._replace(path="/" + name))
-    migrate.upgrade(url, settings=Settings.from_env())
-    yield url
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with new_database(dsn, "metis_narrow") as url:
+        migrate.upgrade(url, settings=Settings.from_env())
+        yield url
 
 
 def _document(rng: np.random.Generator, path: str, p: np.ndarray) -> storage.PendingDocument:

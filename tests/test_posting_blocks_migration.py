@@ -9,14 +9,11 @@ deletes must keep it so. The downgrade must give back the same ``postings`` rows
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
 import pytest
-from psycopg import sql
 
 from metis_pg.config import Settings
 from metis_pg import migrate, retrieval, storage
@@ -24,6 +21,7 @@ from metis_pg.chunking import Chunk, embedding_text
 from metis_pg.config import BaseSpec
 from metis_pg.tokenizer import query_terms, terms
 from test_bm25_oracle import ExhaustiveBM25, difference, ranked
+from pg_servers import new_database
 
 WORDS = np.array([f"w{i}" for i in range(300)])
 
@@ -31,14 +29,9 @@ WORDS = np.array([f"w{i}" for i in range(300)])
 @pytest.fixture()
 def database_at_0010(dsn):
     """A new database migrated to revision 0010 (postings one row per term and chunk); dropped after."""
-    name = f"metis_blocks_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = urlunsplit(urlsplit(dsn)._replace(path="/" + name))
-    migrate.upgrade(url, "0010", settings=Settings.from_env())
-    yield url
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with new_database(dsn, "metis_blocks") as url:
+        migrate.upgrade(url, "0010", settings=Settings.from_env())
+        yield url
 
 
 def write_at_0010(conn: psycopg.Connection, base_id: int, source_id: int, texts: dict[int, str]) -> None:

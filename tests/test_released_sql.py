@@ -17,16 +17,14 @@ import hashlib
 import importlib.util
 import re
 import subprocess
-import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from metis_pg.config import Settings
 from metis_pg import migrate, sqlfiles
+from pg_servers import new_database
 
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS = ROOT / "migrations" / "versions"
@@ -132,19 +130,11 @@ def test_a_released_file_is_its_text_at_the_release_of_its_migration(name):
     )
 
 
-def _with_database(dsn: str, name: str) -> str:
-    return urlunsplit(urlsplit(dsn)._replace(path="/" + name))
-
-
 @pytest.fixture()
 def fresh_database(dsn):
     """The URL of a new, empty database on the test server; dropped after the test."""
-    name = f"metis_released_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield _with_database(dsn, name)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with new_database(dsn, "metis_released") as url:
+        yield url
 
 
 def _body(name: str) -> str:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import typing
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 
 import metis_pg
@@ -15,6 +12,7 @@ from metis_pg import migrate
 from metis_pg.config import BaseSpec, Settings, settings_table
 
 from cli_runner import run_cli
+from pg_servers import new_database
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 UNITS = ("_s", "_ms", "_bytes", "_pct")
@@ -66,13 +64,8 @@ def test_the_code_expects_alembics_head():
 @pytest.fixture()
 def other_database(dsn):
     """A new empty database on the test server; its DSN."""
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    other = re.sub(r"/[^/?]+(\?|$)", rf"/{name}\1", dsn, count=1)
-    yield other
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with new_database(dsn, "t") as url:
+        yield url
 
 
 def test_connect_creates_a_new_databases_schema_and_refuses_an_old_one(other_database):
