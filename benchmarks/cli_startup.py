@@ -8,7 +8,10 @@ Prints, in new processes:
 - ``metis search BASE QUESTION --json`` with the embedded server already up (another process
   holds it: the benchmark): wall time, the search's own ``took.total``, and their difference,
   the overhead (Python start, imports, settings, pool, the question's model, exit);
-- the same with no process holding the server: each command starts it and stops it at exit;
+- the same with no process holding the server: each command starts it and stops it at exit
+  (``METIS_SERVER_IDLE_S=0``);
+- the same right after another command, which left the server up (``METIS_SERVER_IDLE_S``, its
+  default of 60 s): what a series of commands costs after its first;
 - with ``--phases``: where the time of one ``metis search`` goes, phase by phase, in a new process
   doing what the command does step by step (Python start, imports, Typer's build of the
   commands and its parse of the arguments, settings, joining the server, pool and schema revision, listing the bases, the
@@ -159,7 +162,9 @@ def main() -> None:
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="metis-startup-", dir="/var/tmp"))  # a short socket path
-    env = {**os.environ, "METIS_HOME": str(home)}
+    # Idle 0: each command without a holder starts the server and stops it at exit; the "idle" case
+    # below sets the default (60 s) again, so a command finds the server its predecessor left up.
+    env = {**os.environ, "METIS_HOME": str(home), "METIS_SERVER_IDLE_S": "0"}
     env.pop("METIS_DATABASE_URL", None)
     codes = {path: {**env, "PYTHONPATH": str(Path(path).resolve())} for path in args.code} or {"": env}
     # `python -c` puts the working folder first on sys.path: run from inside a checkout, every
@@ -209,6 +214,10 @@ def main() -> None:
 
         phases_of("cold")
         cold = each(search_once)  # no other process: each command starts the server and stops it at exit
+        # The server left up by the command before (METIS_SERVER_IDLE_S, default 60 s; a checkout without
+        # the setting starts and stops it each time, as cold).
+        idle = each(lambda e: (wall(search, {**e, "METIS_SERVER_IDLE_S": "60"}), search_once(
+            {**e, "METIS_SERVER_IDLE_S": "60"}), subprocess.run([*METIS, "db", "stop"], env=e, capture_output=True))[1])
         loads.append(os.getloadavg()[0])
         holder = subprocess.Popen([sys.executable, "-c", "import sys, metis_pg; m = metis_pg.connect(); "
                                    "print('up', flush=True); sys.stdin.read()"], env=newest, stdin=subprocess.PIPE,
@@ -235,7 +244,8 @@ def main() -> None:
         print(f"metis --version:                 median {med(version[code]):.2f} s")
         for module, ms in imports.items():
             print(f"import {module + ':':<22}   median {med(ms[code]):.0f} ms (python -X importtime)")
-        for label, runs in (("server up (held elsewhere)", warm[code]), ("server started and stopped", cold[code])):
+        for label, runs in (("server up (held elsewhere)", warm[code]), ("server started and stopped", cold[code]),
+                            ("server left up by the command before", idle[code])):
             walls, took = [w for w, _ in runs], [t for _, t in runs]
             overhead = [w - t for w, t in runs]
             print(f"metis search, {label}: wall median {med(walls):.2f} s, search {med(took) * 1000:.0f} ms, "

@@ -287,6 +287,11 @@ class Settings(BaseSettings):
                     "outside any home folder, as the embedded server run as root makes every parent of its data "
                     "folder world-readable (o+rx).")
 
+    server_idle_s: float = Field(
+        60.0, ge=0, description="Seconds the embedded server stays up after the last metis process using it exits, "
+                                "so that the next command joins it instead of starting it (~0.1 s each); 0 stops it "
+                                "as that process exits. metis db stop stops it at once.")
+
     # -- the HTTP service (metis serve)
     api_tokens: str = Field(
         "", description="Bearer tokens of the HTTP service, comma-separated, 16+ characters each, each TOKEN or "

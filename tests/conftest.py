@@ -22,6 +22,11 @@ from pg_servers import embedded_server
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
+# Every embedded server a test starts (its own and its commands') stops as its last user exits, as the
+# tests of that behaviour expect and so that no server outlives the throwaway folder it runs from; the
+# idle time itself is tested in test_cli_startup.py with a value of its own.
+os.environ["METIS_SERVER_IDLE_S"] = "0"
+
 
 @pytest.fixture(scope="session")
 def dsn() -> Iterator[str]:

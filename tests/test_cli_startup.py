@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -208,4 +209,61 @@ def test_a_server_that_cannot_start_still_names_the_cause():
         assert error[0].endswith(f'FATAL:  configuration file "{pgdata.resolve()}/postgresql.conf" contains errors')
         assert not (pgdata / "postmaster.pid").exists()
     finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_for(condition, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_the_server_stays_up_idle_s_after_the_last_command_and_then_stops():
+    # METIS_SERVER_IDLE_S (default 60): the next command joins the server instead of starting it again.
+    home = Path(tempfile.mkdtemp(prefix="metis-test-idle-", dir="/var/tmp"))
+    pgdata = home / "pgdata"
+    env = {**os.environ, "METIS_HOME": str(home), "METIS_SERVER_IDLE_S": "2"}
+    env.pop("METIS_DATABASE_URL", None)
+
+    def metis(*args: str, **more: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(METIS_SCRIPT), *args], capture_output=True, text=True, env={**env, **more},
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    def postmaster() -> int | None:
+        try:
+            return int((pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    try:
+        metis("index", str(write_corpus(home / "kb", CORPUS)), "--base", "b")
+        first = postmaster()
+        assert first is not None  # still up after its last user exited
+        assert json.loads(metis("search", "b", "red button", "--mode", "keyword", "--json").stdout)["results"]
+        assert postmaster() == first  # joined, not started again
+        assert (pgdata / "log").read_text().count("database system is ready to accept connections") == 1
+        watcher = int((pgdata / ".idle_stop.pid").read_text())
+        assert _wait_for(lambda: postmaster() is None), "not stopped after 2 s idle"
+        assert _wait_for(lambda: not Path(f"/proc/{watcher}").exists() or
+                         b"idle_stop" not in Path(f"/proc/{watcher}/cmdline").read_bytes()), "the watcher is left"
+        assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
+
+        # Started again by the next command; metis db stop needs no --force for a server nobody uses.
+        metis("search", "b", "red button", "--mode", "keyword", "--json")
+        running = postmaster()
+        assert running is not None
+        stop = metis("db", "stop")
+        assert f"stopped the embedded PostgreSQL in {pgdata.resolve()} (pid {running})" in stop.stdout + stop.stderr
+        assert postmaster() is None
+        # 0: stopped as its last user exits.
+        metis("search", "b", "red button", "--mode", "keyword", "--json", METIS_SERVER_IDLE_S="0")
+        assert postmaster() is None
+        assert (pgdata / "log").read_text().count("database system is ready to accept connections") == 3
+    finally:
+        subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)

@@ -54,9 +54,9 @@ def db_stop(
 ) -> None:
     """Stop the embedded PostgreSQL (in $METIS_HOME/pgdata) if it is running.
 
-    It stops by itself when the last metis process using it exits; one left behind (a
-    killed process, a `metis serve` you stopped with SIGKILL) keeps running until this.
-    The next metis command starts it again.
+    It stops by itself METIS_SERVER_IDLE_S seconds (default 60) after the last metis
+    process using it exits; one whose users were killed (SIGKILL) before any exited keeps
+    running until this. The next metis command starts it again.
 
     Example: metis db stop
     """

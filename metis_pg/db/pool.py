@@ -58,7 +58,7 @@ def resolve_dsn(dsn: str | None, settings: Settings) -> str:
         return dsn
     if settings.database_url:
         return settings.database_url
-    return embedded_dsn(settings.pgdata)
+    return embedded_dsn(settings.pgdata, idle_s=settings.server_idle_s)
 
 
 def sqlalchemy_url(dsn: str) -> str:
