@@ -178,9 +178,9 @@ def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
 
     The server stops on its own ``Settings.server_idle_s`` after the last process using it
     exits; one is left running when its users were killed (SIGKILL) or still run (``metis
-    serve``). The idle watcher (:mod:`.idle_stop`) is no user: it exits once the server is gone. Processes listed as
-    its users that are still alive make this refuse, unless `force` (they then lose their
-    connections: ``pg_ctl stop -m fast``).
+    serve``). The idle watcher (:mod:`.idle_stop`) is no user: it exits once the server is
+    gone. Processes listed as its users that are still alive make this refuse, unless `force`
+    (they then lose their connections: ``pg_ctl stop -m fast``).
 
     Raises:
         InvalidInput: live processes use the server and `force` is False (the message names their pids).
@@ -403,6 +403,8 @@ def _stop_or_linger_at_exit(server: Any, idle_s: float) -> None:
     left to stop; a server that did not stop within pg_ctl's wait is left to it (pg_ctl, then a
     kill).
     """
+    if os.name != "posix":
+        return  # pgserver's handler stops it (pg_ctl)
     try:
         with server._lock:
             if server.cleanup_mode != "stop" or server.global_process_id_list._get() != [os.getpid()]:
