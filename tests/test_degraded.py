@@ -188,10 +188,10 @@ def test_cli_hybrid_search_prints_the_warning_and_keyword_results(dsn, failing_b
     base, _ = failing_base
     result = run_cli("search", base, "router reset red button", "--dsn", dsn)
     assert result.code == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("warning: embedding model 'test-embed'")
-    assert lines[0].endswith(": results by keywords only")
-    assert lines[1].startswith("1. router.txt:1 · ")
+    warning = result.stderr.splitlines()  # on stderr: `| head -1` is the first result
+    assert len(warning) == 1 and warning[0].startswith("warning: embedding model 'test-embed'")
+    assert warning[0].endswith(": results by keywords only")
+    assert result.stdout.splitlines()[0].startswith("1. router.txt:1 · ")
     assert "meaning" not in result.stdout and "words " in result.stdout
 
 

@@ -186,8 +186,10 @@ class Renderer:
             self.line(f"  warning: {w}")
 
     def warnings(self, warnings) -> None:
+        """Print each warning of an answer on stderr: stdout holds only the results, so that
+        ``metis search B Q | head -1`` is the first result and ``> file`` keeps the results alone."""
         for w in warnings:
-            self.out.print(f"[yellow]warning:[/] {escape(w.message)}", markup=True)
+            self.err.print(f"[yellow]warning:[/] {escape(w.message)}", markup=True)
 
     def answer(self, answer: SearchResponse) -> None:
         """Print an answer for people: rank, document:line (or page), headings, snippet, scores."""
