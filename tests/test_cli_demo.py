@@ -92,7 +92,8 @@ def test_the_demo_of_another_checkout_in_the_same_home_is_taken_over(dsn, metis,
     assert demo(first, base_name, dsn).code == 0
     taken = demo(second, base_name, dsn)
     assert taken.code == 0, taken.stderr
-    assert f"held the demo of another checkout ({first.resolve()})" in taken.stderr
+    assert f"held the demo of {first.resolve()}: dropped, indexing it again from {second.resolve()}" \
+        f" (metis demo PATH --base NAME keeps both)" in taken.stderr
     assert {s.root for s in metis.sources(base_name)} == {str(second.resolve()), str(second.resolve() / "docs")}
     assert demo(second, base_name, dsn).code == 0  # and again
     # A base holding something else is refused, with a command that works.

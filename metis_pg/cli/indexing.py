@@ -193,8 +193,9 @@ def _take_over_the_demo(r, m, base: str, root: Path) -> None:
     """Let this checkout's ``metis demo`` run where another checkout's ran (one METIS_HOME, two clones).
 
     The demo's base then holds the demo of the other checkout: its ``docs/`` folder and a file
-    beside it. Such a base is dropped and indexed again from here, said on stderr. A base holding
-    anything else is refused, with two commands that work.
+    beside it (or this checkout's, when the demo is given other folders). Such a base is dropped
+    and indexed again from here, said on stderr with whose demo it held and how to keep both. A
+    base holding anything else is refused, with two commands that work.
 
     Raises:
         InvalidInput: `base` holds documents that are not another checkout's demo.
@@ -213,7 +214,10 @@ def _take_over_the_demo(r, m, base: str, root: Path) -> None:
         raise InvalidInput(f"base {base!r} holds other documents than this demo's ({', '.join(sorted(map(str, others)))}):"
                            f" run the demo into another base (metis demo --base {base}-2), or drop it first"
                            f" (metis base drop {base} --yes)")
-    r.note(f"base {base!r} held the demo of another checkout ({next(iter(tops))}): indexing it again from {root}")
+    top = next(iter(tops))
+    whose = f"this checkout's demo ({top})" if top == Path(__file__).resolve().parents[2] else f"the demo of {top}"
+    r.note(f"base {base!r} held {whose}: dropped, indexing it again from {root}"
+           f" (metis demo PATH --base NAME keeps both)")
     m.drop_base(base)
 
 
