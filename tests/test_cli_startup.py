@@ -222,6 +222,13 @@ def _wait_for(condition, timeout_s: float = 60.0) -> bool:
     return condition()
 
 
+def _is_watcher(pid: int) -> bool:
+    try:
+        return b"idle_stop" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def test_the_server_stays_up_idle_s_after_the_last_command_and_then_stops():
     # METIS_SERVER_IDLE_S (default 60): the next command joins the server instead of starting it again.
     home = Path(tempfile.mkdtemp(prefix="metis-test-idle-", dir="/var/tmp"))
@@ -250,21 +257,32 @@ def test_the_server_stays_up_idle_s_after_the_last_command_and_then_stops():
         assert (pgdata / "log").read_text().count("database system is ready to accept connections") == 1
         watcher = int((pgdata / ".idle_stop.pid").read_text())
         assert _wait_for(lambda: postmaster() is None), "not stopped after 2 s idle"
-        assert _wait_for(lambda: not Path(f"/proc/{watcher}").exists() or
-                         b"idle_stop" not in Path(f"/proc/{watcher}/cmdline").read_bytes()), "the watcher is left"
+        assert _wait_for(lambda: not _is_watcher(watcher)), "the watcher is left"
         assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
 
         # Started again by the next command; metis db stop needs no --force for a server nobody uses.
         metis("search", "b", "red button", "--mode", "keyword", "--json")
         running = postmaster()
         assert running is not None
+        watcher = int((pgdata / ".idle_stop.pid").read_text())
         stop = metis("db", "stop")
         assert f"stopped the embedded PostgreSQL in {pgdata.resolve()} (pid {running})" in stop.stdout + stop.stderr
         assert postmaster() is None
+        assert _wait_for(lambda: not _is_watcher(watcher), 10), "the watcher outlived metis db stop"
+
+        # A user killed with SIGKILL (no exit handler runs): the watcher, started with the server, still stops it.
+        holder = subprocess.Popen([sys.executable, "-c", "import sys, metis_pg; m = metis_pg.connect(); "
+                                   "print('up', flush=True); sys.stdin.read()"], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "up"
+        assert postmaster() is not None
+        holder.kill()
+        holder.wait(30)
+        assert _wait_for(lambda: postmaster() is None), "a killed user's server was left running"
         # 0: stopped as its last user exits.
         metis("search", "b", "red button", "--mode", "keyword", "--json", METIS_SERVER_IDLE_S="0")
         assert postmaster() is None
-        assert (pgdata / "log").read_text().count("database system is ready to accept connections") == 3
+        assert (pgdata / "log").read_text().count("database system is ready to accept connections") == 4
     finally:
         subprocess.run([str(METIS_SCRIPT), "db", "stop", "--force"], capture_output=True, env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)

@@ -55,8 +55,8 @@ def db_stop(
     """Stop the embedded PostgreSQL (in $METIS_HOME/pgdata) if it is running.
 
     It stops by itself METIS_SERVER_IDLE_S seconds (default 60) after the last metis
-    process using it exits; one whose users were killed (SIGKILL) before any exited keeps
-    running until this. The next metis command starts it again.
+    process using it exits or was killed; with METIS_SERVER_IDLE_S=0, one whose users were
+    killed (SIGKILL) keeps running until this. The next metis command starts it again.
 
     Example: metis db stop
     """

@@ -75,8 +75,8 @@ def prepare_pgserver_import() -> None:
             info = runtime.stat()
             if info.st_uid == os.getuid() and info.st_mode & 0o077:
                 runtime.chmod(0o700)  # made by an earlier version, or by another program, loosely
-    with contextlib.suppress(OSError):
-        os.makedirs(Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer", mode=0o700, exist_ok=True)
+    with contextlib.suppress(OSError):  # not its parents: a runtime folder that is missing is not ours to make
+        (Path(os.environ["XDG_RUNTIME_DIR"]) / "python_PostgresServer").mkdir(mode=0o700, exist_ok=True)
 
 
 def embedded_dsn(pgdata: Path, idle_s: float = 0.0) -> str:
@@ -122,6 +122,9 @@ def embedded_dsn(pgdata: Path, idle_s: float = 0.0) -> str:
                 cause = start_failure_cause(exc, output.text, pgdata)
                 raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {cause}") from exc
         _servers[pgdata] = server
+        if idle_s > 0 and os.name == "posix" and not idle_stop.watcher_running(pgdata):
+            # From the start, not at exit: a server whose users were all killed (SIGKILL) stops too.
+            _start_idle_watcher(server, idle_s)
         # Registered after pgserver's own exit handler, so they run before it (atexit is LIFO):
         # first the dead users are forgotten, then the server is stopped if this process was the last.
         atexit.register(_stop_or_linger_at_exit, server, idle_s)
@@ -226,6 +229,9 @@ def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
                                   f"{output[-1] if output else f'pg_ctl exited {done.returncode}'}")
     with contextlib.suppress(OSError):
         users_file.write_text("[]")
+    if idle_stop.watcher_running(pgdata):  # it would exit at its next look (up to METIS_SERVER_IDLE_S): now
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((pgdata / idle_stop.WATCHER_FILE).read_text()), signal.SIGTERM)
     return pid
 
 
@@ -413,7 +419,7 @@ def _stop_or_linger_at_exit(server: Any, idle_s: float) -> None:
             if info is None or idle_stop.postmaster_pid(server.pgdata) != info.pid:
                 return
             if idle_s > 0:
-                if not idle_stop.watcher_running(server.pgdata):
+                if not idle_stop.watcher_running(server.pgdata):  # started with the server; gone since
                     _start_idle_watcher(server, idle_s)
                 server._postmaster_info = None  # left running: pgserver's handler has nothing to stop
             elif idle_stop.stop_postmaster(server.pgdata, info.pid):
