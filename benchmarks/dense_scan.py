@@ -7,11 +7,13 @@ embedded PostgreSQL (or ``--dsn``), each timed as the median of ``--repeat`` run
 - the exact top 50 by cosine distance (``<=>``, what the dense leg computes) and by negative
   inner product (``<#>``, equal ranking for unit vectors), for ``halfvec`` (what metis_pg stores)
   and ``vector`` (float32);
-- each with ``max_parallel_workers_per_gather`` 0 and 2;
+- each with ``max_parallel_workers_per_gather`` 0, 1 and 2 (on two cores: one process, two, three);
 - numpy on the same float16 values as a float32 matrix, for scale;
 - the row's width: the same halfvec top 50 on a table with the columns of metis_pg's
   ``embeddings`` (chunk_id, model, base_id, document_id, embedding, text_hash) and its filters
   (base, model), and on a narrow table with the vector first (embedding, id);
+- the sum of the cosine distances (no sort) over the 384 dimensions and of the inner products over
+  the 33 of the bound table: what pgvector's halfvec kernel costs per dimension and per call;
 - what an exact pruned scan would pay at least: the top 200 by a 33-dimension "bound vector"
   (the first 32 dimensions and the norm of the other 352, one ``<#>`` per row: its inner product
   with (q[:32], |q[32:]|) is the Cauchy-Schwarz bound of the full one), and a sum over the rows
@@ -111,7 +113,7 @@ def main() -> int:
         figures["mb"] = {t: round(conn.execute("SELECT pg_total_relation_size(%s) / 1e6::float8", (t,)).fetchone()[0], 1)
                          for t in ("dense_scan_half", "dense_scan_full")}
         cases = {}
-        for workers in (0, 2):
+        for workers in (0, 1, 2):
             conn.execute(f"SET max_parallel_workers_per_gather = {workers}")
             for table, kind in (("dense_scan_half", HalfVector), ("dense_scan_full", Vector)):
                 q = kind(query)
@@ -138,6 +140,14 @@ def main() -> int:
                     "SELECT id FROM dense_scan_bound ORDER BY bound <#> %s LIMIT 200", (b,)).fetchall(), args.repeat)
             cases[f"dense_scan_half sum(id * 0.5 + 1) (a float8 expression per row) workers={workers}"] = median_ms(
                 lambda: conn.execute("SELECT sum(id * 0.5::float8 + 1) FROM dense_scan_half").fetchone(), args.repeat)
+            # The distance alone, no sort: its cost per row over the 384 and the 33 dimensions gives
+            # pgvector's cost per dimension (its halfvec kernel) and per call.
+            cases[f"dense_scan_half sum(cosine distance) workers={workers}"] = median_ms(
+                lambda q=q: conn.execute("SELECT sum(embedding <=> %s) FROM dense_scan_half", (q,)).fetchone(),
+                args.repeat)
+            cases[f"dense_scan_bound sum(33-dim inner product) workers={workers}"] = median_ms(
+                lambda b=bound_query: conn.execute("SELECT sum(bound <#> %s) FROM dense_scan_bound", (b,)).fetchone(),
+                args.repeat)
 
         def numpy_top() -> None:
             scores = vectors @ query
