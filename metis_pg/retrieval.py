@@ -19,6 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import fusion, sqlfiles
+from .db import embedded as embedded_server, kernel
 from .filters import Filters
 from .snippets import weighing_terms
 
@@ -213,8 +214,12 @@ _ONE_BASE_FILTER = """AND CASE WHEN cardinality(%(base_ids)s::int[]) = 1 THEN e.
                        ELSE e.base_id = ANY(%(base_ids)s::int[]) END"""
 
 
-@lru_cache(maxsize=2)
-def hybrid_statement(citus: bool) -> str:
+#: The cosine of the statement's dense scan and complete scores, by pgvector's operator.
+_COSINE = "e.embedding <=> %(query_embedding)s::halfvec"
+
+
+@lru_cache(maxsize=4)
+def hybrid_statement(citus: bool, kernel: bool = False) -> str:
     """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the statements of the keyword
     leg (the body of ``bm25_top_k``, sql/search/bm25_top_k.v5.sql) and of the complete scores
     (``sql/citus/complete_scores.sql``, bm25_chunk_scores's statement without its LATERAL outer
@@ -227,8 +232,15 @@ def hybrid_statement(citus: bool) -> str:
     the calls the statement is planned as one subplan per CTE, a round trip each (docs/scaling.md),
     or refused. Inlined, their arguments are the statement's own parameters
     (:data:`_KEYWORD_ARGUMENTS`) and the whole statement is one task.
+
+    With `kernel` (the embedded server, :mod:`metis_pg.db.kernel`), every cosine is
+    ``metis_cosine_distance(e.embedding, q)``, metis_pg's own kernel, in place of pgvector's
+    ``e.embedding <=> q``: the same values but in the last bits, and the dense scan about twice as fast.
     """
     hybrid = sqlfiles.load("search/hybrid")
+    if kernel:
+        assert hybrid.count(_COSINE) == 4, "hybrid.sql's cosines changed"
+        hybrid = hybrid.replace(_COSINE, "metis_cosine_distance(e.embedding, %(query_embedding)s::halfvec)")
     if not citus:
         return hybrid
     # The dense scan's base filter as Citus prunes shards by it: a plain = ANY, not the CASE that the
@@ -242,6 +254,14 @@ def hybrid_statement(citus: bool) -> str:
     # for Citus is a file of its own.
     complete = sqlfiles.load("citus/complete_scores").rstrip().rstrip(";")
     return _inline_call(hybrid, "bm25_chunk_scores", "m", complete)
+
+
+def uses_kernel(conn: psycopg.Connection) -> bool:
+    """Whether the dense scan on `conn` calls metis_pg's own cosine kernel: on an embedded server
+    this process started or joined, once the kernel is built and created there
+    (:func:`metis_pg.db.kernel.ensure`; asked once per process and database)."""
+    bin_path = embedded_server.server_bin_path(conn.info.host)
+    return bin_path is not None and kernel.ensure(conn, bin_path)
 
 
 def restricted(conn: psycopg.Connection, base_ids: Sequence[int]) -> bool:
@@ -399,7 +419,8 @@ def run_search(
     }
     params["restricted"] = restricted(conn, base_ids)  # the keyword leg drops the chunks they may not read
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(statement or hybrid_statement(on_citus(conn)), params).fetchall()
+        rows = cur.execute(statement or hybrid_statement(on_citus(conn), query_embedding is not None
+                                                         and uses_kernel(conn)), params).fetchall()
     if not rows:
         return [], LegTimes()
     weighing: dict[str, frozenset[str]] = {}

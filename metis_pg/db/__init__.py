@@ -5,6 +5,7 @@
 - :mod:`.pool`: :class:`Pool`, the one seam between metis_pg and PostgreSQL: every database
   failure leaves it as :class:`~metis_pg.errors.DatabaseUnavailable` naming the cause.
 - :mod:`.standby`: a local streaming standby of a primary (read replicas).
+- :mod:`.kernel`: metis_pg's own cosine kernel, built and created on the embedded server.
 
 Internal to metis_pg; the operator's tools and tests use the names below.
 """

@@ -31,6 +31,7 @@ from . import idle_stop
 __all__ = [
     "embedded_dsn", "stop_embedded", "server_settings", "write_server_settings", "start_failure_cause",
     "prepare_pgserver_import", "embedded_data_folder", "postmaster_alive", "restart_embedded", "current_uri",
+    "server_bin_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,19 @@ restart_lock = threading.Lock()
 def embedded_data_folder(dsn: str) -> Path | None:
     """Return the data folder of the embedded server at `dsn`, None when `dsn` is not one of ours."""
     return _embedded.get(dsn)
+
+
+def server_bin_path(socket_folder: str) -> Path | None:
+    """Return the server programs' folder of the embedded server this process started or joined that
+    listens in `socket_folder` (a connection's host), None when it is no such server."""
+    for server in list(_servers.values()):
+        try:
+            info = server.get_postmaster_info()
+        except Exception:  # stopped, or not started by pgserver
+            continue
+        if info.socket_dir is not None and os.path.realpath(str(info.socket_dir)) == os.path.realpath(socket_folder):
+            return server.bin_path
+    return None
 
 
 def current_uri(pgdata: Path) -> str:
