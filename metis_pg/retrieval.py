@@ -219,7 +219,7 @@ _COSINE = "e.embedding <=> %(query_embedding)s::halfvec"
 
 
 @lru_cache(maxsize=4)
-def hybrid_statement(citus: bool, kernel: bool = False) -> str:
+def hybrid_statement(citus: bool, own_kernel: bool = False) -> str:
     """The hybrid statement: ``sql/search/hybrid.sql``; on Citus, with the statements of the keyword
     leg (the body of ``bm25_top_k``, sql/search/bm25_top_k.v5.sql) and of the complete scores
     (``sql/citus/complete_scores.sql``, bm25_chunk_scores's statement without its LATERAL outer
@@ -233,12 +233,13 @@ def hybrid_statement(citus: bool, kernel: bool = False) -> str:
     or refused. Inlined, their arguments are the statement's own parameters
     (:data:`_KEYWORD_ARGUMENTS`) and the whole statement is one task.
 
-    With `kernel` (the embedded server, :mod:`metis_pg.db.kernel`), every cosine is
+    With `own_kernel` (the embedded server, :mod:`metis_pg.db.kernel`), every cosine is
     ``metis_cosine_distance(e.embedding, q)``, metis_pg's own kernel, in place of pgvector's
-    ``e.embedding <=> q``: the same values but in the last bits, and the dense scan about twice as fast.
+    ``e.embedding <=> q``: the same values but in the last bits, and the dense scan 1.4-1.9x as fast
+    (docs/performance.md).
     """
     hybrid = sqlfiles.load("search/hybrid")
-    if kernel:
+    if own_kernel:
         assert hybrid.count(_COSINE) == 4, "hybrid.sql's cosines changed"
         hybrid = hybrid.replace(_COSINE, "metis_cosine_distance(e.embedding, %(query_embedding)s::halfvec)")
     if not citus:
@@ -359,7 +360,8 @@ def run_search(
 ) -> tuple[list[Candidate], LegTimes]:
     """Return the best `top_k` fused candidates of the bases, best first, and each step's time.
 
-    Dense: exact cosine scan (pgvector ``<=>``) over the vectors of `model`; off when
+    Dense: exact cosine scan (pgvector ``<=>``, or metis_pg's own kernel on the embedded server:
+    :func:`uses_kernel`) over the vectors of `model`; off when
     `query_embedding` is None. Keyword: BM25, k1 and b as given (Robertson & Zaragoza
     2009); off when `terms` is empty. Each leg keeps ``leg_limit(legs_top_k or top_k)``
     rows; every candidate of either gets both exact scores (complete scores). Fusion: as
