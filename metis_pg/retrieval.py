@@ -241,7 +241,7 @@ def hybrid_statement(citus: bool, own_kernel: bool = False) -> str:
     hybrid = sqlfiles.load("search/hybrid")
     if own_kernel:
         assert hybrid.count(_COSINE) == 4, "hybrid.sql's cosines changed"
-        hybrid = hybrid.replace(_COSINE, "metis_cosine_distance(e.embedding, %(query_embedding)s::halfvec)")
+        hybrid = hybrid.replace(_COSINE, f"{kernel.FUNCTION}(e.embedding, %(query_embedding)s::halfvec)")
     if not citus:
         return hybrid
     # The dense scan's base filter as Citus prunes shards by it: a plain = ANY, not the CASE that the

@@ -210,11 +210,8 @@ def stop_embedded(pgdata: Path, *, force: bool = False) -> int | None:
 
 
     pgdata = Path(pgdata).resolve()
-    try:
-        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    if not psutil.pid_exists(pid):
+    pid = idle_stop.postmaster_pid(pgdata)
+    if pid is None or not psutil.pid_exists(pid):
         return None
     users_file = pgdata / ".handle_pids.json"
     try:
@@ -325,17 +322,8 @@ def postmaster_alive(pgdata: Path, *, thorough: bool = False) -> bool:
         process = server.get_postmaster_info().process
         if process is None:
             return False
-        try:
-            with open(f"/proc/{process.pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                    return False
-        except FileNotFoundError:
-            if os.path.isdir("/proc/self"):
-                return False
-            try:
-                os.kill(process.pid, 0)
-            except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
-                pass
+        if not idle_stop.process_running(process.pid):
+            return False
         if thorough:
             return process.is_running() and process.status() != "zombie"
         return True

@@ -1,11 +1,13 @@
 """Stop the embedded PostgreSQL once it has been idle for ``METIS_SERVER_IDLE_S`` seconds.
 
-The last metis process using an embedded server starts this as a program of its own when it
-exits (``Settings.server_idle_s`` > 0): the server stays up, so that the next command joins it
-instead of starting it (~0.1 s each, issue 25 item 6), and this stops it when no process has
-joined or left it for that long. "Joined or left" is the modification time of pgserver's list of
-the server's users (``.handle_pids.json``, written at each join and exit); a listed process that
-no longer runs (killed) does not count as a user.
+A process that starts or joins an embedded server starts this as a program of its own when none
+runs for that data folder (``Settings.server_idle_s`` > 0; from the start, so that a server whose
+users were all killed stops too), and the last user to exit starts it again if it is gone. The
+server then stays up after its last user, so that the next command joins it instead of starting
+it (~0.1 s each, issue 25 item 6), and this stops it when no process has joined or left it for
+that long. "Joined or left" is the modification time of pgserver's list of the server's users
+(``.handle_pids.json``, written at each join and exit); a listed process that no longer runs
+(killed) does not count as a user.
 
 One watcher per data folder (its pid in ``.idle_stop.pid``): it waits as long as processes use
 the server, then until the idle time has passed, checks and stops under pgserver's lock (the
@@ -62,21 +64,24 @@ def stop_postmaster(pgdata: Path, pid: int, wait_s: float = PG_CTL_WAIT_S) -> bo
     return True
 
 
-def _running(pid: int) -> bool:
-    """True when `pid` runs (a zombie does not: its parent may reap it late)."""
+def process_running(pid: int) -> bool:
+    """True when `pid` runs: its state in /proc is not a zombie's (a daemon's parent may reap it
+    late), or, where there is no /proc, the pid exists (another user's process counts)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if os.path.isdir("/proc/self"):
             return False
-        except PermissionError:
-            pass
-        return True
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process (PostgreSQL runs as pgserver under root)
+        pass
+    return True
 
 
 def _serves(pid: int, pgdata: Path) -> bool:
@@ -93,7 +98,7 @@ def watcher_running(pgdata: Path) -> bool:
     try:
         pid = int((pgdata / WATCHER_FILE).read_text())
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return Path(__file__).name.encode() in f.read() and _running(pid)
+            return Path(__file__).name.encode() in f.read() and process_running(pid)
     except (OSError, ValueError):
         return False
 
@@ -104,7 +109,7 @@ def live_users(pgdata: Path) -> list[int]:
         listed = json.loads((pgdata / USERS_FILE).read_text() or "[]")
     except (OSError, ValueError):
         return []
-    return [pid for pid in listed if isinstance(pid, int) and _running(pid)]
+    return [pid for pid in listed if isinstance(pid, int) and process_running(pid)]
 
 
 def watch(pgdata: Path, idle_s: float, lock_file: str) -> None:
@@ -130,11 +135,11 @@ def watch(pgdata: Path, idle_s: float, lock_file: str) -> None:
             if pid is None:
                 # Stopped by someone else (metis db stop), or its files deleted under it (a throwaway
                 # home): a postmaster seen at the start that still runs there is asked to stop.
-                if seen is not None and _running(seen) and _serves(seen, pgdata):
+                if seen is not None and process_running(seen) and _serves(seen, pgdata):
                     with contextlib.suppress(OSError):
                         os.kill(seen, signal.SIGINT)
                 return
-            if not _running(pid):
+            if not process_running(pid):
                 return  # dead: the next command starts it again
             if live_users(pgdata):
                 pause = max(idle_s, 1.0)  # look again later (a metis serve may run for days)

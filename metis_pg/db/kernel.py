@@ -4,7 +4,7 @@
 asks the CPU for the next rows' bytes as it goes: the exact dense scan of 100,000 rows in ~20 ms
 instead of ~37 (docs/performance.md, ``benchmarks/dense_kernel.py``). On the embedded server,
 the first search of a process calls :func:`ensure`: it builds the library once per machine and
-user (``cc`` against the bundled server's headers, ~0.5 s, cached in ``/var/tmp/metis-kernel-<uid>``,
+user (``cc`` against the bundled server's headers, ~0.3 s, cached in ``/var/tmp/metis-kernel-<uid>``,
 a folder the server's own user can read) and creates ``metis_cosine_distance(halfvec, halfvec)``
 from it in the database (``sql/kernel/create.sql``), or points it at this machine's build again
 (a base backup restored elsewhere). The hybrid statement then calls it in place of ``<=>``.
